@@ -1,0 +1,1 @@
+//! Apple compact unwind (`__unwind_info`) reader.

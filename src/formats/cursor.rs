@@ -1,0 +1,96 @@
+//! The one place where little-endian, possibly unaligned fields are read from
+//! byte slices. Every read is bounds-checked and returns `None` past the end.
+
+/// A bounds-checked little-endian reader over a byte slice.
+///
+/// ```
+/// use stackmark::formats::cursor::Cursor;
+/// let mut c = Cursor::new(&[1, 0, 2, 0, 0, 0]);
+/// assert_eq!(c.u16(), Some(1));
+/// assert_eq!(c.u32(), Some(2));
+/// assert_eq!(c.u8(), None);
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct Cursor<'a> {
+    data: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    /// A cursor at the start of `data`.
+    pub fn new(data: &'a [u8]) -> Self {
+        Cursor { data, pos: 0 }
+    }
+
+    /// A cursor at `pos` within `data` (reads fail if `pos` is past the end).
+    pub fn at(data: &'a [u8], pos: usize) -> Self {
+        Cursor { data, pos }
+    }
+
+    /// The current position.
+    pub fn pos(&self) -> usize {
+        self.pos
+    }
+
+    /// Takes the next `n` bytes.
+    pub fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
+        let end = self.pos.checked_add(n)?;
+        let s = self.data.get(self.pos..end)?;
+        self.pos = end;
+        Some(s)
+    }
+
+    fn array<const N: usize>(&mut self) -> Option<[u8; N]> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.bytes(N)?);
+        Some(a)
+    }
+
+    /// Reads a `u8`.
+    pub fn u8(&mut self) -> Option<u8> {
+        Some(self.array::<1>()?[0])
+    }
+    /// Reads an `i8`.
+    pub fn i8(&mut self) -> Option<i8> {
+        Some(self.u8()? as i8)
+    }
+    /// Reads a little-endian `u16`.
+    pub fn u16(&mut self) -> Option<u16> {
+        self.array().map(u16::from_le_bytes)
+    }
+    /// Reads a little-endian `i16`.
+    pub fn i16(&mut self) -> Option<i16> {
+        self.array().map(i16::from_le_bytes)
+    }
+    /// Reads a little-endian `u32`.
+    pub fn u32(&mut self) -> Option<u32> {
+        self.array().map(u32::from_le_bytes)
+    }
+    /// Reads a little-endian `i32`.
+    pub fn i32(&mut self) -> Option<i32> {
+        self.array().map(i32::from_le_bytes)
+    }
+    /// Reads a little-endian `u64`.
+    pub fn u64(&mut self) -> Option<u64> {
+        self.array().map(u64::from_le_bytes)
+    }
+    /// Reads a little-endian `i64`.
+    pub fn i64(&mut self) -> Option<i64> {
+        self.array().map(i64::from_le_bytes)
+    }
+}
+
+/// Reads a little-endian `u32` at `off`, or `None` past the end.
+pub fn u32_at(data: &[u8], off: usize) -> Option<u32> {
+    Cursor::at(data, off).u32()
+}
+
+/// Reads a little-endian `u16` at `off`, or `None` past the end.
+pub fn u16_at(data: &[u8], off: usize) -> Option<u16> {
+    Cursor::at(data, off).u16()
+}
+
+/// Reads a little-endian `u64` at `off`, or `None` past the end.
+pub fn u64_at(data: &[u8], off: usize) -> Option<u64> {
+    Cursor::at(data, off).u64()
+}

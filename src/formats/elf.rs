@@ -1,0 +1,1 @@
+//! ELF notes, program and section headers: what the module table needs.

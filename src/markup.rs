@@ -1,0 +1,1 @@
+//! The allocation-free symbolizer markup writer.

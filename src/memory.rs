@@ -1,0 +1,77 @@
+//! The bounded memory reader: the only way the walker reads memory it does
+//! not own.
+//!
+//! The walk is generic over [`MemoryReader`], so the same step logic runs on
+//! the live process (through [`crate::os`]'s reader, which only touches the
+//! thread's stack and mapped code) and on a captured stack in tests
+//! ([`SliceMemory`]).
+
+/// A source of memory for the walker. Every read names its address range and
+/// fails (returns `false` / `None`) rather than faulting when the range is not
+/// known to be readable.
+pub trait MemoryReader {
+    /// Fills `buf` with the bytes at `addr..addr + buf.len()`. Returns `false`
+    /// and leaves `buf` unspecified if any byte of the range is not readable.
+    fn read(&self, addr: u64, buf: &mut [u8]) -> bool;
+
+    /// Reads a native-endian `u64` at `addr` (any alignment).
+    fn read_u64(&self, addr: u64) -> Option<u64> {
+        let mut b = [0u8; 8];
+        self.read(addr, &mut b).then(|| u64::from_ne_bytes(b))
+    }
+
+    /// Reads a native-endian `u32` at `addr` (any alignment).
+    fn read_u32(&self, addr: u64) -> Option<u32> {
+        let mut b = [0u8; 4];
+        self.read(addr, &mut b).then(|| u32::from_ne_bytes(b))
+    }
+}
+
+impl<M: MemoryReader + ?Sized> MemoryReader for &M {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
+        (**self).read(addr, buf)
+    }
+}
+
+/// Memory made of a few byte slices placed at chosen addresses: a captured
+/// stack, a copy of some code, a synthetic section.
+///
+/// ```
+/// use stackmark::memory::{MemoryReader, SliceMemory};
+/// let stack = 0x1122_3344_5566_7788u64.to_ne_bytes();
+/// let mem = SliceMemory::new(&[(0x7000, &stack[..])]);
+/// assert_eq!(mem.read_u64(0x7000), Some(0x1122_3344_5566_7788));
+/// assert_eq!(mem.read_u64(0x7001), None); // runs past the end
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct SliceMemory<'a> {
+    regions: &'a [(u64, &'a [u8])],
+}
+
+impl<'a> SliceMemory<'a> {
+    /// Memory holding each `(address, bytes)` region; everything else is unreadable.
+    pub fn new(regions: &'a [(u64, &'a [u8])]) -> Self {
+        SliceMemory { regions }
+    }
+}
+
+impl MemoryReader for SliceMemory<'_> {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
+        for &(base, bytes) in self.regions {
+            let Some(off) = addr.checked_sub(base) else {
+                continue;
+            };
+            let Ok(off) = usize::try_from(off) else {
+                continue;
+            };
+            if let Some(src) = off
+                .checked_add(buf.len())
+                .and_then(|end| bytes.get(off..end))
+            {
+                buf.copy_from_slice(src);
+                return true;
+            }
+        }
+        false
+    }
+}

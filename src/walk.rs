@@ -1,0 +1,1 @@
+//! The walk: table row, else frame pointer, else scan; generic over the reader.
