@@ -15,3 +15,12 @@ pub struct Regs {
     /// Callee-saved x19 to x28, in order.
     pub x19_x28: [u64; 10],
 }
+
+/// Removes pointer-authentication bits from a code address.
+///
+/// User-space addresses on Linux and macOS fit in the low 48 bits; a signed
+/// pointer keeps its PAC in the bits above. Clearing them is what `xpaci`
+/// does for a user address, without needing the instruction.
+pub fn strip_pac(addr: u64) -> u64 {
+    addr & 0x0000_ffff_ffff_ffff
+}
