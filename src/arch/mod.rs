@@ -6,10 +6,77 @@
 //! everywhere against captured stacks; only capture and `ucontext` glue are
 //! gated on the target.
 
+use crate::formats::sframe::Row;
+use crate::memory::MemoryReader;
+
 pub mod aarch64;
 pub mod x86_64;
 
 #[cfg(target_arch = "aarch64")]
-pub use aarch64 as native;
+pub use aarch64::Aarch64 as Native;
 #[cfg(target_arch = "x86_64")]
-pub use x86_64 as native;
+pub use x86_64::X86_64 as Native;
+
+/// Why one step could not recover the caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepError {
+    /// The row says this is the outermost frame (return address undefined).
+    Outermost,
+    /// A value the rule needs lies in memory the reader refused.
+    Unreadable,
+    /// The rule cannot apply here (for example RA-in-register outside the
+    /// topmost frame, or a register the walk does not track).
+    Invalid,
+}
+
+/// What the walk needs from an architecture.
+pub trait Arch: Copy + core::fmt::Debug {
+    /// The register set.
+    type Regs: Copy + Default + core::fmt::Debug + PartialEq;
+
+    /// The program counter.
+    fn pc(regs: &Self::Regs) -> u64;
+    /// The stack pointer.
+    fn sp(regs: &Self::Regs) -> u64;
+    /// The frame pointer.
+    fn fp(regs: &Self::Regs) -> u64;
+
+    /// Applies an SFrame row. `ra_in_register_ok` is true only for the topmost
+    /// frame and the frame right after a signal frame, the only places where a
+    /// return address may still be live in a register.
+    fn step_sframe<M: MemoryReader>(
+        row: &Row,
+        regs: &Self::Regs,
+        mem: &M,
+        ra_in_register_ok: bool,
+    ) -> Result<Self::Regs, StepError>;
+
+    /// Follows the frame-pointer chain one link.
+    fn step_frame_pointer<M: MemoryReader>(
+        regs: &Self::Regs,
+        mem: &M,
+    ) -> Result<Self::Regs, StepError>;
+
+    /// The interrupted registers, read from the `ucontext_t` that the kernel's
+    /// signal frame holds, given the registers at the sigreturn trampoline.
+    fn signal_frame_regs<M: MemoryReader>(
+        regs: &Self::Regs,
+        mem: &M,
+    ) -> Result<Self::Regs, StepError>;
+
+    /// The machine code of the sigreturn trampoline, as it starts at its pc.
+    const SIGRETURN_CODE: &'static [u8];
+
+    /// The caller's registers when stack scanning found return address `ra`
+    /// in the slot at `slot`: only pc and sp are known.
+    fn scanned(regs: &Self::Regs, ra: u64, slot: u64) -> Self::Regs;
+
+    /// Whether the bytes just before a return address end with a call
+    /// instruction. `code` holds the `code.len()` bytes ending at the return
+    /// address.
+    fn ends_with_call(code: &[u8; 8]) -> bool;
+
+    /// Removes pointer-authentication bits from a return address (no-op where
+    /// the architecture has none).
+    fn strip_pac(addr: u64) -> u64;
+}

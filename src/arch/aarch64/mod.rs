@@ -1,7 +1,18 @@
 //! AArch64: registers, capture and unwind rules.
 
+use super::{Arch, StepError};
+use crate::formats::sframe::{CfaRule, RegRule, Row};
+use crate::memory::MemoryReader;
+
+#[cfg(target_arch = "aarch64")]
+mod capture;
+#[cfg(target_arch = "aarch64")]
+pub use capture::capture;
+
 /// The registers the walk tracks on AArch64: pc, sp, the frame record
-/// registers x29/x30 and the callee-saved x19-x28.
+/// registers x29/x30 and the callee-saved x19-x28. The layout is fixed
+/// because the capture routine writes it from assembly.
+#[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Regs {
     /// Program counter.
@@ -16,6 +27,20 @@ pub struct Regs {
     pub x19_x28: [u64; 10],
 }
 
+impl Regs {
+    /// The value of DWARF register `reg` (x0-x30 = 0-30, sp = 31), if the
+    /// walk tracks it.
+    pub fn dwarf(&self, reg: u16) -> Option<u64> {
+        Some(match reg {
+            19..=28 => self.x19_x28[usize::from(reg - 19)],
+            29 => self.fp,
+            30 => self.lr,
+            31 => self.sp,
+            _ => return None,
+        })
+    }
+}
+
 /// Removes pointer-authentication bits from a code address.
 ///
 /// User-space addresses on Linux and macOS fit in the low 48 bits; a signed
@@ -23,4 +48,149 @@ pub struct Regs {
 /// does for a user address, without needing the instruction.
 pub fn strip_pac(addr: u64) -> u64 {
     addr & 0x0000_ffff_ffff_ffff
+}
+
+/// Byte offsets, from the sp at `__kernel_rt_sigreturn`, of the interrupted
+/// registers: a 128-byte `siginfo_t`, then the `ucontext_t` whose
+/// `uc_mcontext` (`struct sigcontext`) starts 176 bytes in, with
+/// `fault_address`, `regs[31]`, `sp`, `pc`.
+pub mod sigframe_offsets {
+    /// Offset of `uc_mcontext.regs[0]`.
+    pub const REGS: u64 = 128 + 176 + 8;
+    /// Offset of `uc_mcontext.sp`.
+    pub const SP: u64 = REGS + 31 * 8;
+    /// Offset of `uc_mcontext.pc`.
+    pub const PC: u64 = SP + 8;
+}
+
+/// The AArch64 architecture.
+#[derive(Clone, Copy, Debug)]
+pub struct Aarch64;
+
+fn read<M: MemoryReader>(mem: &M, addr: u64) -> Result<u64, StepError> {
+    mem.read_u64(addr).ok_or(StepError::Unreadable)
+}
+
+fn apply_offset(base: u64, off: i32) -> u64 {
+    base.wrapping_add(off as i64 as u64)
+}
+
+impl Arch for Aarch64 {
+    type Regs = Regs;
+
+    fn pc(r: &Regs) -> u64 {
+        r.pc
+    }
+    fn sp(r: &Regs) -> u64 {
+        r.sp
+    }
+    fn fp(r: &Regs) -> u64 {
+        r.fp
+    }
+
+    /// `cfa = (sp | fp | reg) + off`; `pc = *(cfa + ra_off)` (PAC-stripped when
+    /// mangled) or `lr` where allowed; `fp = *(cfa + fp_off)` or unchanged;
+    /// `sp = cfa`.
+    fn step_sframe<M: MemoryReader>(
+        row: &Row,
+        r: &Regs,
+        mem: &M,
+        ra_in_register_ok: bool,
+    ) -> Result<Regs, StepError> {
+        let reg = |n: u16| r.dwarf(n).ok_or(StepError::Invalid);
+        let cfa = match row.cfa {
+            CfaRule::SpPlus(o) => apply_offset(r.sp, o),
+            CfaRule::FpPlus(o) => apply_offset(r.fp, o),
+            CfaRule::RegPlus { reg: n, offset } => apply_offset(reg(n)?, offset),
+            CfaRule::AtRegPlus { reg: n, offset } => read(mem, apply_offset(reg(n)?, offset))?,
+        };
+        let recover = |rule: RegRule, same: u64| -> Result<u64, StepError> {
+            match rule {
+                RegRule::Undefined => Err(StepError::Outermost),
+                RegRule::SameValue => Ok(same),
+                RegRule::AtCfa(o) => read(mem, apply_offset(cfa, o)),
+                RegRule::RegPlus { reg: n, offset } => Ok(apply_offset(reg(n)?, offset)),
+                RegRule::AtRegPlus { reg: n, offset } => read(mem, apply_offset(reg(n)?, offset)),
+            }
+        };
+        if row.ra == RegRule::SameValue && !ra_in_register_ok {
+            // Only a leaf (or a frame interrupted by a signal) can still hold
+            // its return address in x30; anywhere else x30 is the callee's.
+            return Err(StepError::Invalid);
+        }
+        let mut pc = recover(row.ra, r.lr)?;
+        if row.mangled_ra || row.ra == RegRule::SameValue {
+            pc = strip_pac(pc);
+        }
+        let fp = match row.fp {
+            RegRule::Undefined => r.fp,
+            rule => recover(rule, r.fp)?,
+        };
+        Ok(Regs {
+            pc,
+            sp: cfa,
+            fp,
+            lr: pc,
+            x19_x28: r.x19_x28,
+        })
+    }
+
+    /// `(pc, sp, fp) = (strip(*(fp + 8)), fp + 16, *fp)`. The caller's sp is
+    /// only bounded below: the frame record need not sit at the frame's top.
+    fn step_frame_pointer<M: MemoryReader>(r: &Regs, mem: &M) -> Result<Regs, StepError> {
+        if r.fp % 8 != 0 || r.fp < r.sp {
+            return Err(StepError::Invalid);
+        }
+        let fp = read(mem, r.fp)?;
+        let pc = strip_pac(read(mem, r.fp.wrapping_add(8))?);
+        Ok(Regs {
+            pc,
+            sp: r.fp.wrapping_add(16),
+            fp,
+            lr: pc,
+            x19_x28: r.x19_x28,
+        })
+    }
+
+    fn signal_frame_regs<M: MemoryReader>(r: &Regs, mem: &M) -> Result<Regs, StepError> {
+        use sigframe_offsets as o;
+        let at = |off: u64| read(mem, r.sp.wrapping_add(off));
+        let mut x19_x28 = [0u64; 10];
+        for (i, slot) in x19_x28.iter_mut().enumerate() {
+            *slot = at(o::REGS + (19 + i as u64) * 8)?;
+        }
+        Ok(Regs {
+            pc: at(o::PC)?,
+            sp: at(o::SP)?,
+            fp: at(o::REGS + 29 * 8)?,
+            lr: at(o::REGS + 30 * 8)?,
+            x19_x28,
+        })
+    }
+
+    /// `mov x8, #139; svc #0` (`rt_sigreturn`).
+    const SIGRETURN_CODE: &'static [u8] = &[0x68, 0x11, 0x80, 0xd2, 0x01, 0x00, 0x00, 0xd4];
+
+    fn scanned(r: &Regs, ra: u64, slot: u64) -> Regs {
+        Regs {
+            pc: ra,
+            sp: slot.wrapping_add(8),
+            lr: ra,
+            ..*r
+        }
+    }
+
+    /// Recognises `bl`, `blr` and the pointer-authenticating `blraa`,
+    /// `blrab`, `blraaz` and `blrabz` as the instruction before the return
+    /// address.
+    fn ends_with_call(c: &[u8; 8]) -> bool {
+        let insn = u32::from_le_bytes([c[4], c[5], c[6], c[7]]);
+        insn & 0xfc00_0000 == 0x9400_0000 // bl
+            || insn & 0xffff_fc1f == 0xd63f_0000 // blr
+            || insn & 0xfeff_f800 == 0xd63f_0800 // blraa(z)/blrab(z)
+    }
+
+    fn strip_pac(addr: u64) -> u64 {
+        strip_pac(addr)
+    }
 }

@@ -1,7 +1,18 @@
 //! x86_64 (AMD64): registers, capture and unwind rules.
 
+use super::{Arch, StepError};
+use crate::formats::sframe::{CfaRule, RegRule, Row};
+use crate::memory::MemoryReader;
+
+#[cfg(target_arch = "x86_64")]
+mod capture;
+#[cfg(target_arch = "x86_64")]
+pub use capture::capture;
+
 /// The registers the walk tracks on x86_64: the pc, the stack and frame
-/// pointers, and the callee-saved registers.
+/// pointers, and the callee-saved registers. The layout is fixed because the
+/// capture routine writes it from assembly.
+#[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Regs {
     /// Instruction pointer.
@@ -20,4 +31,189 @@ pub struct Regs {
     pub r14: u64,
     /// Callee-saved `r15`.
     pub r15: u64,
+}
+
+impl Regs {
+    /// The value of DWARF register `reg`, if the walk tracks it.
+    pub fn dwarf(&self, reg: u16) -> Option<u64> {
+        Some(match reg {
+            3 => self.rbx,
+            6 => self.rbp,
+            7 => self.rsp,
+            12 => self.r12,
+            13 => self.r13,
+            14 => self.r14,
+            15 => self.r15,
+            16 => self.rip,
+            _ => return None,
+        })
+    }
+}
+
+/// Byte offsets of registers in the Linux `ucontext_t` (`uc_mcontext.gregs`
+/// starts at 40; `REG_RBP` = 10, `REG_RBX` = 11, `REG_RSP` = 15, `REG_RIP` = 16,
+/// `REG_R12`..`REG_R15` = 4..7).
+pub mod ucontext_offsets {
+    /// Offset of `gregs[0]`.
+    pub const GREGS: u64 = 40;
+    /// Offset of `r12` to `r15`, in order.
+    pub const R12_R15: [u64; 4] = [GREGS + 4 * 8, GREGS + 5 * 8, GREGS + 6 * 8, GREGS + 7 * 8];
+    /// Offset of `rbp`.
+    pub const RBP: u64 = GREGS + 10 * 8;
+    /// Offset of `rbx`.
+    pub const RBX: u64 = GREGS + 11 * 8;
+    /// Offset of `rsp`.
+    pub const RSP: u64 = GREGS + 15 * 8;
+    /// Offset of `rip`.
+    pub const RIP: u64 = GREGS + 16 * 8;
+}
+
+/// The x86_64 architecture.
+#[derive(Clone, Copy, Debug)]
+pub struct X86_64;
+
+fn read<M: MemoryReader>(mem: &M, addr: u64) -> Result<u64, StepError> {
+    mem.read_u64(addr).ok_or(StepError::Unreadable)
+}
+
+fn apply_offset(base: u64, off: i32) -> u64 {
+    base.wrapping_add(off as i64 as u64)
+}
+
+impl Arch for X86_64 {
+    type Regs = Regs;
+
+    fn pc(r: &Regs) -> u64 {
+        r.rip
+    }
+    fn sp(r: &Regs) -> u64 {
+        r.rsp
+    }
+    fn fp(r: &Regs) -> u64 {
+        r.rbp
+    }
+
+    /// `cfa = (sp | fp | reg) + off`; `rip = *(cfa + ra_off)`;
+    /// `rbp = *(cfa + fp_off)` or unchanged; `rsp = cfa`.
+    fn step_sframe<M: MemoryReader>(
+        row: &Row,
+        r: &Regs,
+        mem: &M,
+        _ra_in_register_ok: bool,
+    ) -> Result<Regs, StepError> {
+        let reg = |n: u16| r.dwarf(n).ok_or(StepError::Invalid);
+        let cfa = match row.cfa {
+            CfaRule::SpPlus(o) => apply_offset(r.rsp, o),
+            CfaRule::FpPlus(o) => apply_offset(r.rbp, o),
+            CfaRule::RegPlus { reg: n, offset } => apply_offset(reg(n)?, offset),
+            CfaRule::AtRegPlus { reg: n, offset } => read(mem, apply_offset(reg(n)?, offset))?,
+        };
+        let recover = |rule: RegRule, same: u64| -> Result<u64, StepError> {
+            match rule {
+                RegRule::Undefined => Err(StepError::Outermost),
+                RegRule::SameValue => Ok(same),
+                RegRule::AtCfa(o) => read(mem, apply_offset(cfa, o)),
+                RegRule::RegPlus { reg: n, offset } => Ok(apply_offset(reg(n)?, offset)),
+                RegRule::AtRegPlus { reg: n, offset } => read(mem, apply_offset(reg(n)?, offset)),
+            }
+        };
+        // x86_64 never keeps the return address in a register across a call.
+        if row.ra == RegRule::SameValue {
+            return Err(StepError::Invalid);
+        }
+        let rip = recover(row.ra, 0)?;
+        let rbp = match row.fp {
+            RegRule::Undefined => r.rbp,
+            rule => recover(rule, r.rbp)?,
+        };
+        Ok(Regs {
+            rip,
+            rsp: cfa,
+            rbp,
+            ..*r
+        })
+    }
+
+    /// `(rip, rsp, rbp) = (*(rbp + 8), rbp + 16, *rbp)`
+    fn step_frame_pointer<M: MemoryReader>(r: &Regs, mem: &M) -> Result<Regs, StepError> {
+        if r.rbp % 8 != 0 || r.rbp < r.rsp {
+            return Err(StepError::Invalid);
+        }
+        let rbp = read(mem, r.rbp)?;
+        let rip = read(mem, r.rbp.wrapping_add(8))?;
+        Ok(Regs {
+            rip,
+            rsp: r.rbp.wrapping_add(16),
+            rbp,
+            ..*r
+        })
+    }
+
+    /// At `__restore_rt`, `rsp` points at the `ucontext_t` (the handler's
+    /// `ret` popped the trampoline address).
+    fn signal_frame_regs<M: MemoryReader>(r: &Regs, mem: &M) -> Result<Regs, StepError> {
+        use ucontext_offsets as o;
+        let at = |off: u64| read(mem, r.rsp.wrapping_add(off));
+        Ok(Regs {
+            rip: at(o::RIP)?,
+            rsp: at(o::RSP)?,
+            rbp: at(o::RBP)?,
+            rbx: at(o::RBX)?,
+            r12: at(o::R12_R15[0])?,
+            r13: at(o::R12_R15[1])?,
+            r14: at(o::R12_R15[2])?,
+            r15: at(o::R12_R15[3])?,
+        })
+    }
+
+    /// `mov $15, %rax; syscall` (`rt_sigreturn`).
+    const SIGRETURN_CODE: &'static [u8] = &[0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05];
+
+    fn scanned(r: &Regs, ra: u64, slot: u64) -> Regs {
+        Regs {
+            rip: ra,
+            rsp: slot.wrapping_add(8),
+            ..*r
+        }
+    }
+
+    /// Recognises `call rel32` (`e8`), and `call r/m64` (`ff /2`) in its
+    /// register, register-indirect, disp8 and disp32 forms, with or without a
+    /// REX prefix or SIB byte.
+    fn ends_with_call(c: &[u8; 8]) -> bool {
+        let n = c.len();
+        // call rel32: e8 xx xx xx xx
+        if c[n - 5] == 0xe8 {
+            return true;
+        }
+        // ff /2 with the ModRM byte at n-len+1, for each encoded length.
+        let ff2 = |len: usize| -> bool {
+            let (op, modrm) = (c[n - len], c[n - len + 1]);
+            if op != 0xff || (modrm >> 3) & 7 != 2 {
+                return false;
+            }
+            let md = modrm >> 6;
+            let rm = modrm & 7;
+            let sib = usize::from(md != 3 && rm == 4);
+            let disp = match md {
+                0 if rm == 5 => 4, // rip-relative
+                0 => {
+                    if sib == 1 && c[n - len + 2] & 7 == 5 {
+                        4
+                    } else {
+                        0
+                    }
+                }
+                1 => 1,
+                2 => 4,
+                _ => 0,
+            };
+            2 + sib + disp == len
+        };
+        (2..=7).any(ff2)
+    }
+
+    fn strip_pac(addr: u64) -> u64 {
+        addr
+    }
 }
