@@ -1,0 +1,18 @@
+//! Link settings for the crate's own tests, examples and benches only
+//! (`rustc-link-arg-tests` and siblings never reach dependent crates): link
+//! them with GNU ld and the script that keeps `.sframe`, so the C fixtures'
+//! SFrame sections are merged into a real `PT_GNU_SFRAME`.
+
+fn main() {
+    println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=link/sframe.ld");
+    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() != Ok("linux") {
+        return;
+    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/link/sframe.ld");
+    for kind in ["tests", "examples", "benches"] {
+        println!("cargo:rustc-link-arg-{kind}=-fuse-ld=bfd");
+        println!("cargo:rustc-link-arg-{kind}=-Wl,-T,{script}");
+        println!("cargo:rustc-link-arg-{kind}=-Wl,--build-id");
+    }
+}
