@@ -279,7 +279,15 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             }
             let mut before = [0u8; 8];
             if self.code.read_code(ra - 8, &mut before) && A::ends_with_call(&before) {
-                return Some((A::scanned(&self.regs, ra, slot), Method::Scan, false));
+                // The word below a return address is often the caller's
+                // saved frame pointer (x86_64 `push rbp`, AArch64 frame
+                // records): adopt it when it points further up the stack, so
+                // the walk can resume by frame pointer.
+                let fp = self
+                    .mem
+                    .read_u64(slot.wrapping_sub(8))
+                    .filter(|&fp| fp > slot && fp % 8 == 0);
+                return Some((A::scanned(&self.regs, ra, slot, fp), Method::Scan, false));
             }
         }
         None

@@ -68,8 +68,9 @@ pub trait Arch: Copy + core::fmt::Debug {
     const SIGRETURN_CODE: &'static [u8];
 
     /// The caller's registers when stack scanning found return address `ra`
-    /// in the slot at `slot`: only pc and sp are known.
-    fn scanned(regs: &Self::Regs, ra: u64, slot: u64) -> Self::Regs;
+    /// in the slot at `slot`: pc and sp are known, and `fp` is a guess at
+    /// the caller's frame pointer (`None` keeps the current one).
+    fn scanned(regs: &Self::Regs, ra: u64, slot: u64, fp: Option<u64>) -> Self::Regs;
 
     /// Whether the bytes just before a return address end with a call
     /// instruction. `code` holds the `code.len()` bytes ending at the return

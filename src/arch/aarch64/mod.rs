@@ -171,10 +171,11 @@ impl Arch for Aarch64 {
     /// `mov x8, #139; svc #0` (`rt_sigreturn`).
     const SIGRETURN_CODE: &'static [u8] = &[0x68, 0x11, 0x80, 0xd2, 0x01, 0x00, 0x00, 0xd4];
 
-    fn scanned(r: &Regs, ra: u64, slot: u64) -> Regs {
+    fn scanned(r: &Regs, ra: u64, slot: u64, fp: Option<u64>) -> Regs {
         Regs {
             pc: ra,
             sp: slot.wrapping_add(8),
+            fp: fp.unwrap_or(r.fp),
             lr: ra,
             ..*r
         }
