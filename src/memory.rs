@@ -14,6 +14,13 @@ pub trait MemoryReader {
     /// and leaves `buf` unspecified if any byte of the range is not readable.
     fn read(&self, addr: u64, buf: &mut [u8]) -> bool;
 
+    /// Called when the walk crosses a signal frame onto the stack holding
+    /// `sp`, which may be another stack (the handler ran on an alternate
+    /// one). Readers that bound reads by stack may admit that stack now.
+    fn enter_stack(&self, sp: u64) {
+        let _ = sp;
+    }
+
     /// Reads a native-endian `u64` at `addr` (any alignment).
     fn read_u64(&self, addr: u64) -> Option<u64> {
         let mut b = [0u8; 8];
@@ -30,6 +37,9 @@ pub trait MemoryReader {
 impl<M: MemoryReader + ?Sized> MemoryReader for &M {
     fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
         (**self).read(addr, buf)
+    }
+    fn enter_stack(&self, sp: u64) {
+        (**self).enter_stack(sp)
     }
 }
 

@@ -231,6 +231,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
                 // The handler may run on an alternate stack, below or above
                 // the interrupted one: no sp ordering across a signal frame.
                 if A::pc(&next) != 0 && A::sp(&next) != 0 {
+                    self.mem.enter_stack(A::sp(&next));
                     return Ok((next, Method::SignalFrame, true));
                 }
             }
