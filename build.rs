@@ -20,7 +20,10 @@ fn main() {
                 .any(|e| e.path().extension().is_some_and(|x| x == "rs"))
         })
     };
-    for kind in ["tests", "examples", "benches"].into_iter().filter(|k| has_targets(k)) {
+    for kind in ["tests", "examples", "benches"]
+        .into_iter()
+        .filter(|k| has_targets(k))
+    {
         println!("cargo:rustc-link-arg-{kind}=-fuse-ld=bfd");
         println!("cargo:rustc-link-arg-{kind}=-Wl,-T,{script}");
         println!("cargo:rustc-link-arg-{kind}=-Wl,--build-id");
