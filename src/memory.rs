@@ -49,7 +49,8 @@ impl<M: MemoryReader + ?Sized> MemoryReader for &M {
 /// ```
 /// use stackmark::memory::{MemoryReader, SliceMemory};
 /// let stack = 0x1122_3344_5566_7788u64.to_ne_bytes();
-/// let mem = SliceMemory::new(&[(0x7000, &stack[..])]);
+/// let regions = [(0x7000, &stack[..])];
+/// let mem = SliceMemory::new(&regions);
 /// assert_eq!(mem.read_u64(0x7000), Some(0x1122_3344_5566_7788));
 /// assert_eq!(mem.read_u64(0x7001), None); // runs past the end
 /// ```
