@@ -1,5 +1,12 @@
 //! stackmark walks the stack of its own process without allocating and prints
 //! the result as LLVM symbolizer markup.
+//!
+//! * [`formats`]: pure readers of SFrame, Apple compact unwind and ELF headers.
+//! * [`arch`]: registers, capture and unwind rules per architecture.
+//! * [`memory`]: the bounded reader every walk reads through.
+//! * [`walk`]: the walk itself, generic over architecture, memory and code map.
+//! * [`modules`] and [`os`]: the fixed-memory module table and its discovery.
+//! * [`markup`]: the symbolizer markup writer.
 #![deny(missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
@@ -7,4 +14,13 @@ pub mod arch;
 pub mod formats;
 pub mod markup;
 pub mod memory;
+pub mod modules;
+pub mod os;
 pub mod walk;
+
+#[cfg(target_os = "linux")]
+mod live;
+#[cfg(target_os = "linux")]
+pub use live::*;
+
+pub use walk::{Frame, Method, StopReason, WalkOptions, Walker};

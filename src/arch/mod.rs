@@ -13,7 +13,11 @@ pub mod aarch64;
 pub mod x86_64;
 
 #[cfg(target_arch = "aarch64")]
+pub use aarch64 as native;
+#[cfg(target_arch = "aarch64")]
 pub use aarch64::Aarch64 as Native;
+#[cfg(target_arch = "x86_64")]
+pub use x86_64 as native;
 #[cfg(target_arch = "x86_64")]
 pub use x86_64::X86_64 as Native;
 

@@ -197,8 +197,8 @@ impl Arch for X86_64 {
             let rm = modrm & 7;
             let sib = usize::from(md != 3 && rm == 4);
             let disp = match md {
-                0 if rm == 5 => 4, // rip-relative
-                0 if sib == 1 && c[n - len + 2] & 7 == 5 => 4, // SIB, no base
+                0 if rm == 5 => 4,                                         // rip-relative
+                0 if sib == 1 && len >= 3 && c[n - len + 2] & 7 == 5 => 4, // SIB, no base
                 0 => 0,
                 1 => 1,
                 2 => 4,

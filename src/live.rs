@@ -1,0 +1,124 @@
+//! Walking the live process: capture here, or start from a signal's
+//! `ucontext`, against the published module table.
+
+use core::ffi::c_void;
+
+use crate::arch::{Arch, Native};
+use crate::modules::{self, TableGuard};
+use crate::os::LiveMemory;
+use crate::walk::{CodeMap, Frame, Lookup, WalkOptions, Walker};
+
+/// The native register set.
+pub type Regs = <Native as Arch>::Regs;
+
+/// A walk of the live process: an iterator of [`Frame`]s that pins the
+/// module table while it lives.
+pub type LiveWalker = Walker<Native, LiveMemory, TableGuard>;
+
+impl CodeMap for TableGuard {
+    fn lookup(&self, pc: u64) -> Lookup {
+        (**self).lookup(pc)
+    }
+    fn is_code(&self, addr: u64) -> bool {
+        (**self).is_code(addr)
+    }
+    fn read_code(&self, addr: u64, buf: &mut [u8]) -> bool {
+        (**self).read_code(addr, buf)
+    }
+    fn is_sigreturn<A: Arch>(&self, pc: u64) -> bool {
+        (**self).is_sigreturn::<A>(pc)
+    }
+}
+
+/// Why [`init`] failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InitError {
+    /// Another thread was refreshing the module table at the same time.
+    Busy,
+}
+
+impl core::fmt::Display for InitError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("the module table is being refreshed by another thread")
+    }
+}
+
+impl std::error::Error for InitError {}
+
+/// Builds the module table and records this thread's stack bounds. Call it
+/// once at start-up, outside any signal handler, and again (or [`refresh`])
+/// after loading or unloading libraries. Returns the table's generation.
+pub fn init() -> Result<u64, InitError> {
+    register_thread();
+    refresh()
+}
+
+/// Rebuilds the module table from the loader's list of objects. Not
+/// async-signal-safe; walks running meanwhile keep using the previous table.
+pub fn refresh() -> Result<u64, InitError> {
+    crate::os::refresh().map_err(|_| InitError::Busy)
+}
+
+/// Records the calling thread's stack bounds so walks on this thread,
+/// including from signal handlers, read its stack without probing. Threads
+/// that never call it are walked too, with a little more cost per page.
+pub fn register_thread() {
+    crate::os::register_thread();
+}
+
+/// Captures the registers of the calling function, just after the capture.
+/// The pc is a return address (the walk looks it up as `pc - 1`).
+#[inline(always)]
+pub fn capture() -> Regs {
+    crate::arch::native::capture()
+}
+
+/// A live walk from `regs`. `precise` says whether the pc is an exact
+/// instruction (a signal context) rather than a return address. `None`
+/// before [`init`].
+pub fn walker(regs: Regs, precise: bool, opts: WalkOptions) -> Option<LiveWalker> {
+    let table = modules::current()?;
+    let mem = LiveMemory::new(Native::sp(&regs));
+    Some(Walker::new(regs, precise, mem, table, opts))
+}
+
+/// Walks from `regs` into `out`; returns the number of frames written (0
+/// before [`init`]). Allocation-free, lock-free and async-signal-safe.
+pub fn walk_from(regs: Regs, precise: bool, opts: WalkOptions, out: &mut [Frame]) -> usize {
+    match walker(regs, precise, opts) {
+        Some(mut w) => w.fill(out),
+        None => 0,
+    }
+}
+
+/// Walks the calling thread's stack from the caller of this function into
+/// `out`; returns the number of frames written. Frame 0 is the function
+/// that calls `walk_here`.
+#[inline(always)]
+pub fn walk_here(out: &mut [Frame]) -> usize {
+    let regs = capture();
+    walk_from(regs, false, WalkOptions::default(), out)
+}
+
+/// The interrupted registers held by a signal handler's `ucontext_t`.
+///
+/// # Safety
+/// `uc` must point to a valid `ucontext_t`, such as the third argument of an
+/// `SA_SIGINFO` handler.
+pub unsafe fn regs_from_ucontext(uc: *const c_void) -> Regs {
+    // SAFETY: forwarded from the caller.
+    unsafe { crate::os::regs_from_ucontext(uc) }
+}
+
+/// Walks from a signal handler's `ucontext_t` into `out`: frame 0 is the
+/// interrupted instruction (precise). Allocation-free, lock-free and
+/// async-signal-safe.
+///
+/// # Safety
+/// `uc` must point to a valid `ucontext_t`, such as the third argument of an
+/// `SA_SIGINFO` handler.
+pub unsafe fn walk_ucontext(uc: *const c_void, out: &mut [Frame]) -> usize {
+    // SAFETY: forwarded from the caller.
+    let regs = unsafe { regs_from_ucontext(uc) };
+    walk_from(regs, true, WalkOptions::default(), out)
+}

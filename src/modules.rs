@@ -1,0 +1,431 @@
+//! The fixed-memory module table and how it is refreshed.
+//!
+//! Two tables live in static memory. A refresh (never from a signal handler)
+//! fills the inactive one, publishes it with one atomic store, then waits for
+//! walks still reading the old one before reusing it. A walk pins the active
+//! table with an atomic reader count: no lock, no allocation, safe in a signal
+//! handler, including one that interrupts a refresh.
+//!
+//! Each module's SFrame data is copied at refresh into memory the table owns
+//! (an anonymous mapping), so a library unloaded between refreshes leaves the
+//! walk with stale addresses but never with unmapped unwind data; code bytes
+//! are only read through a checked copy (see [`crate::os`]).
+
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+
+use crate::formats::elf::{PF_R, PF_W, PF_X};
+use crate::formats::sframe::SFrame;
+use crate::walk::{CodeMap, Lookup};
+
+/// Most modules the table holds; further modules are left out (and counted
+/// in [`Table::dropped_modules`]).
+pub const MAX_MODULES: usize = 512;
+/// Most `PT_LOAD` segments kept per module; further segments are left out.
+pub const MAX_SEGMENTS: usize = 8;
+/// Longest module path kept, in bytes; longer paths keep their tail.
+pub const MAX_NAME: usize = 192;
+/// Longest build ID kept, in bytes (GNU build IDs are 20).
+pub const MAX_BUILD_ID: usize = 32;
+/// Most signal-return trampolines remembered.
+pub const MAX_TRAMPOLINES: usize = 4;
+
+/// One loaded segment of a module.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Segment {
+    /// Runtime address of the segment's first byte (`bias + p_vaddr`).
+    pub start: u64,
+    /// `p_memsz`.
+    pub size: u64,
+    /// `p_vaddr`: the address the file links the segment at.
+    pub vaddr: u64,
+    /// `p_flags`: `PF_R`, `PF_W`, `PF_X`.
+    pub flags: u32,
+}
+
+impl Segment {
+    /// Whether `addr` lies in the segment.
+    pub fn contains(&self, addr: u64) -> bool {
+        addr.wrapping_sub(self.start) < self.size
+    }
+    /// Readable?
+    pub fn readable(&self) -> bool {
+        self.flags & PF_R != 0
+    }
+    /// Writable?
+    pub fn writable(&self) -> bool {
+        self.flags & PF_W != 0
+    }
+    /// Executable?
+    pub fn executable(&self) -> bool {
+        self.flags & PF_X != 0
+    }
+}
+
+/// One loaded object: the main program, a shared library, the vDSO.
+#[derive(Clone, Copy, Debug)]
+pub struct Module {
+    name: [u8; MAX_NAME],
+    name_len: u16,
+    /// Load bias: runtime address minus link-time address.
+    pub bias: u64,
+    segments: [Segment; MAX_SEGMENTS],
+    segment_count: u8,
+    build_id: [u8; MAX_BUILD_ID],
+    build_id_len: u8,
+    /// The module's SFrame section (a copy owned by the table), if any.
+    pub sframe: Option<SFrame<'static>>,
+    /// Where the table's copy of the SFrame data lives (for freeing).
+    pub(crate) sframe_copy: (usize, usize),
+    /// Lowest and highest executable addresses, for quick rejection.
+    text: (u64, u64),
+}
+
+impl Module {
+    /// An empty module.
+    pub const EMPTY: Module = Module {
+        name: [0; MAX_NAME],
+        name_len: 0,
+        bias: 0,
+        segments: [Segment {
+            start: 0,
+            size: 0,
+            vaddr: 0,
+            flags: 0,
+        }; MAX_SEGMENTS],
+        segment_count: 0,
+        build_id: [0; MAX_BUILD_ID],
+        build_id_len: 0,
+        sframe: None,
+        sframe_copy: (0, 0),
+        text: (u64::MAX, 0),
+    };
+
+    /// The module's path (its tail, if it was longer than [`MAX_NAME`]).
+    pub fn name(&self) -> &[u8] {
+        &self.name[..self.name_len as usize]
+    }
+
+    /// Sets the name, keeping the tail of an over-long path.
+    pub fn set_name(&mut self, name: &[u8]) {
+        let tail = &name[name.len().saturating_sub(MAX_NAME)..];
+        self.name[..tail.len()].copy_from_slice(tail);
+        self.name_len = tail.len() as u16;
+    }
+
+    /// The GNU build ID (empty if the module has none).
+    pub fn build_id(&self) -> &[u8] {
+        &self.build_id[..self.build_id_len as usize]
+    }
+
+    /// Sets the build ID (truncated to [`MAX_BUILD_ID`]).
+    pub fn set_build_id(&mut self, id: &[u8]) {
+        let n = id.len().min(MAX_BUILD_ID);
+        self.build_id[..n].copy_from_slice(&id[..n]);
+        self.build_id_len = n as u8;
+    }
+
+    /// The loaded segments.
+    pub fn segments(&self) -> &[Segment] {
+        &self.segments[..self.segment_count as usize]
+    }
+
+    /// Adds a segment; returns `false` (and keeps nothing) when full.
+    pub fn push_segment(&mut self, s: Segment) -> bool {
+        let n = self.segment_count as usize;
+        if n == MAX_SEGMENTS {
+            return false;
+        }
+        self.segments[n] = s;
+        self.segment_count += 1;
+        if s.executable() {
+            self.text.0 = self.text.0.min(s.start);
+            self.text.1 = self.text.1.max(s.start.saturating_add(s.size));
+        }
+        true
+    }
+
+    /// Whether `addr` lies in an executable segment.
+    pub fn is_code(&self, addr: u64) -> bool {
+        addr >= self.text.0
+            && addr < self.text.1
+            && self
+                .segments()
+                .iter()
+                .any(|s| s.executable() && s.contains(addr))
+    }
+
+    /// Whether `addr` lies in any segment of the module.
+    pub fn contains(&self, addr: u64) -> bool {
+        self.segments().iter().any(|s| s.contains(addr))
+    }
+}
+
+/// A snapshot of the loaded modules, in fixed memory.
+#[derive(Debug)]
+pub struct Table {
+    modules: [Module; MAX_MODULES],
+    count: usize,
+    /// Module indices sorted by the start of their executable range.
+    by_text: [u16; MAX_MODULES],
+    dropped: usize,
+    trampolines: [u64; MAX_TRAMPOLINES],
+    trampoline_count: usize,
+    generation: u64,
+}
+
+impl Table {
+    /// An empty table.
+    pub const EMPTY: Table = Table {
+        modules: [Module::EMPTY; MAX_MODULES],
+        count: 0,
+        by_text: [0; MAX_MODULES],
+        dropped: 0,
+        trampolines: [0; MAX_TRAMPOLINES],
+        trampoline_count: 0,
+        generation: 0,
+    };
+
+    /// The modules, in discovery order.
+    pub fn modules(&self) -> &[Module] {
+        &self.modules[..self.count]
+    }
+
+    /// Modules left out because the table was full.
+    pub fn dropped_modules(&self) -> usize {
+        self.dropped
+    }
+
+    /// How many refreshes produced this table (1 for the first).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Empties the table for refilling.
+    pub fn clear(&mut self) {
+        self.count = 0;
+        self.dropped = 0;
+        self.trampoline_count = 0;
+    }
+
+    /// Appends a module; returns `false` (and counts it as dropped) when full.
+    pub fn push(&mut self, m: Module) -> bool {
+        if self.count == MAX_MODULES {
+            self.dropped += 1;
+            return false;
+        }
+        self.modules[self.count] = m;
+        self.count += 1;
+        true
+    }
+
+    /// Remembers the address of a signal-return trampoline.
+    pub fn add_trampoline(&mut self, pc: u64) {
+        if pc != 0 && self.trampoline_count < MAX_TRAMPOLINES && !self.is_trampoline(pc) {
+            self.trampolines[self.trampoline_count] = pc;
+            self.trampoline_count += 1;
+        }
+    }
+
+    /// Whether `pc` is a known signal-return trampoline.
+    pub fn is_trampoline(&self, pc: u64) -> bool {
+        self.trampolines[..self.trampoline_count].contains(&pc)
+    }
+
+    /// Sorts the lookup index; call after the last [`Table::push`].
+    pub fn finish(&mut self, generation: u64) {
+        let mods = &self.modules;
+        let idx = &mut self.by_text[..self.count];
+        for (i, slot) in idx.iter_mut().enumerate() {
+            *slot = i as u16;
+        }
+        // Insertion sort: allocation-free and the input is nearly sorted.
+        for i in 1..idx.len() {
+            let mut j = i;
+            while j > 0 && mods[idx[j - 1] as usize].text.0 > mods[idx[j] as usize].text.0 {
+                idx.swap(j - 1, j);
+                j -= 1;
+            }
+        }
+        self.generation = generation;
+    }
+
+    /// The module whose executable segments hold `addr`.
+    pub fn module_for_code(&self, addr: u64) -> Option<&Module> {
+        let idx = &self.by_text[..self.count];
+        // Last module whose text starts at or below addr; ranges may nest
+        // (the vDSO sits apart), so look back over a few candidates.
+        let pos = idx.partition_point(|&i| self.modules[i as usize].text.0 <= addr);
+        idx[..pos]
+            .iter()
+            .rev()
+            .take(4)
+            .map(|&i| &self.modules[i as usize])
+            .find(|m| m.is_code(addr))
+    }
+
+    /// The module any of whose segments holds `addr`.
+    pub fn module_for_addr(&self, addr: u64) -> Option<&Module> {
+        self.modules().iter().find(|m| m.contains(addr))
+    }
+}
+
+impl CodeMap for Table {
+    fn lookup(&self, pc: u64) -> Lookup {
+        match self.module_for_code(pc) {
+            None => Lookup::Outside,
+            Some(m) => match m.sframe.and_then(|s| s.find_row(pc)) {
+                Some(row) => Lookup::SFrame(row),
+                None => Lookup::NoInfo,
+            },
+        }
+    }
+
+    fn is_code(&self, addr: u64) -> bool {
+        self.module_for_code(addr).is_some()
+    }
+
+    fn read_code(&self, addr: u64, buf: &mut [u8]) -> bool {
+        let end = addr.wrapping_add(buf.len() as u64).wrapping_sub(1);
+        match self.module_for_code(addr) {
+            Some(m) if buf.is_empty() || m.is_code(end) => crate::os::read_checked(addr, buf),
+            _ => false,
+        }
+    }
+
+    fn is_sigreturn<A: crate::arch::Arch>(&self, pc: u64) -> bool {
+        self.is_trampoline(pc)
+    }
+}
+
+/// The two tables and the state that publishes one of them.
+pub(crate) struct Registry {
+    tables: [UnsafeCell<Table>; 2],
+    /// Index of the published table; `usize::MAX` before the first refresh.
+    active: AtomicUsize,
+    readers: [AtomicUsize; 2],
+    writing: AtomicBool,
+    generation: AtomicUsize,
+}
+
+// SAFETY: a table is written only by the refresh that holds `writing`, and
+// only while it is unpublished and has no readers (see `refresh_with`);
+// published tables are only read.
+unsafe impl Sync for Registry {}
+
+pub(crate) static REGISTRY: Registry = Registry {
+    tables: [UnsafeCell::new(Table::EMPTY), UnsafeCell::new(Table::EMPTY)],
+    active: AtomicUsize::new(usize::MAX),
+    readers: [AtomicUsize::new(0), AtomicUsize::new(0)],
+    writing: AtomicBool::new(false),
+    generation: AtomicUsize::new(0),
+};
+
+/// A pinned, published table. While it lives, no refresh reuses its memory.
+pub struct TableGuard {
+    idx: usize,
+}
+
+impl core::ops::Deref for TableGuard {
+    type Target = Table;
+    fn deref(&self) -> &Table {
+        // SAFETY: the reader count pinned by this guard keeps refreshes from
+        // writing this table until the guard is dropped.
+        unsafe { &*REGISTRY.tables[self.idx].get() }
+    }
+}
+
+impl Drop for TableGuard {
+    fn drop(&mut self) {
+        REGISTRY.readers[self.idx].fetch_sub(1, SeqCst);
+    }
+}
+
+impl core::fmt::Debug for TableGuard {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "TableGuard(gen {})", self.generation())
+    }
+}
+
+/// Pins the published table. Lock-free and async-signal-safe. `None` before
+/// the first refresh.
+pub fn current() -> Option<TableGuard> {
+    loop {
+        let idx = REGISTRY.active.load(SeqCst);
+        if idx > 1 {
+            return None;
+        }
+        REGISTRY.readers[idx].fetch_add(1, SeqCst);
+        if REGISTRY.active.load(SeqCst) == idx {
+            return Some(TableGuard { idx });
+        }
+        // A refresh switched tables in between: unpin and retry.
+        REGISTRY.readers[idx].fetch_sub(1, SeqCst);
+    }
+}
+
+/// Why a refresh did not happen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RefreshError {
+    /// Another thread is refreshing right now.
+    Busy,
+}
+
+/// Fills the unpublished table with `fill(new, old)` and publishes it.
+/// `old` is the previously published table (empty at first), so `fill` can
+/// reuse per-module copies; `release(module)` is called afterwards for every
+/// module of the old table whose copy the new one did not keep.
+///
+/// Must not be called from a signal handler: it waits for walks that still
+/// read the table it is about to reuse.
+pub(crate) fn refresh_with(
+    fill: impl FnOnce(&mut Table, &Table),
+    release: impl Fn(&Module),
+) -> Result<u64, RefreshError> {
+    // Refreshes queue up behind each other; none runs in a signal handler.
+    while REGISTRY.writing.swap(true, SeqCst) {
+        std::thread::yield_now();
+    }
+    let active = REGISTRY.active.load(SeqCst);
+    let (old_idx, new_idx) = if active > 1 {
+        (1, 0)
+    } else {
+        (active, 1 - active)
+    };
+    // Walks that pinned `new_idx` before the last switch must finish first.
+    while REGISTRY.readers[new_idx].load(SeqCst) != 0 {
+        std::thread::yield_now();
+    }
+    let generation = REGISTRY.generation.fetch_add(1, SeqCst) as u64 + 1;
+    // SAFETY: `new_idx` is unpublished and has no readers (checked above,
+    // and `current` re-checks `active` after pinning); `writing` excludes
+    // other refreshes. `old_idx` is only read here.
+    let (new, old) = unsafe {
+        (
+            &mut *REGISTRY.tables[new_idx].get(),
+            &*REGISTRY.tables[old_idx].get(),
+        )
+    };
+    new.clear();
+    fill(new, old);
+    new.finish(generation);
+    REGISTRY.active.store(new_idx, SeqCst);
+    // Wait until no walk reads the old table, then free what only it used.
+    while REGISTRY.readers[old_idx].load(SeqCst) != 0 {
+        std::thread::yield_now();
+    }
+    for m in old.modules() {
+        if m.sframe_copy.0 != 0
+            && !new
+                .modules()
+                .iter()
+                .any(|n| n.sframe_copy.0 == m.sframe_copy.0)
+        {
+            release(m);
+        }
+    }
+    // SAFETY: as above, `old_idx` is now unpublished and has no readers.
+    unsafe { (*REGISTRY.tables[old_idx].get()).clear() };
+    REGISTRY.writing.store(false, SeqCst);
+    Ok(generation)
+}

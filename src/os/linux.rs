@@ -1,0 +1,528 @@
+//! Linux: the module table from `dl_iterate_phdr`, SFrame from
+//! `PT_GNU_SFRAME` or the `.sframe` section, stack bounds, and reads that
+//! cannot fault.
+
+use core::cell::Cell;
+use core::ffi::{c_int, c_void, CStr};
+use core::sync::atomic::{AtomicU8, Ordering::Relaxed};
+
+use crate::formats::elf::{
+    self, ElfFile, ProgramHeader, PHDR_SIZE, PT_GNU_SFRAME, PT_LOAD, PT_NOTE,
+};
+use crate::formats::sframe::SFrame;
+use crate::memory::MemoryReader;
+use crate::modules::{self, Module, RefreshError, Segment, Table};
+
+const PAGE: u64 = 4096;
+
+// --- Reads that cannot fault -------------------------------------------------
+
+/// 0 = not probed yet, 1 = process_vm_readv works, 2 = it does not.
+static VM_READ: AtomicU8 = AtomicU8::new(0);
+
+fn vm_read(addr: u64, buf: &mut [u8]) -> isize {
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut c_void,
+        iov_len: buf.len(),
+    };
+    // SAFETY: the kernel writes at most `buf.len()` bytes into `buf` and
+    // reports EFAULT instead of faulting on an unmapped remote address.
+    unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) }
+}
+
+/// Copies `buf.len()` bytes from `addr` in this process, returning `false`
+/// instead of faulting when any of them is unmapped or unreadable. It uses
+/// `process_vm_readv` on the process itself: one system call,
+/// async-signal-safe. Where the kernel refuses that call (seccomp), it fails
+/// closed and reads nothing.
+pub fn read_checked(addr: u64, buf: &mut [u8]) -> bool {
+    if buf.is_empty() {
+        return true;
+    }
+    if VM_READ.load(Relaxed) == 2 {
+        return false;
+    }
+    let n = vm_read(addr, buf);
+    if n == buf.len() as isize {
+        VM_READ.store(1, Relaxed);
+        return true;
+    }
+    if n < 0 && VM_READ.load(Relaxed) == 0 {
+        let probe = [0u8; 1];
+        let mut out = [1u8; 1];
+        if vm_read(probe.as_ptr() as u64, &mut out) != 1 {
+            VM_READ.store(2, Relaxed);
+        }
+    }
+    false
+}
+
+// --- Thread stacks ------------------------------------------------------------
+
+thread_local! {
+    /// This thread's stack bounds, once known (`(0, 0)` otherwise).
+    static STACK: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+}
+
+/// Finds this thread's stack bounds with `pthread_getattr_np` and caches them
+/// for walks on this thread, including from signal handlers. Not
+/// async-signal-safe (glibc reads `/proc/self/maps` for the main thread).
+pub fn register_thread() -> Option<(u64, u64)> {
+    // SAFETY: `attr` is initialised by pthread_getattr_np before use and
+    // destroyed after; the out-pointers are valid locals.
+    let bounds = unsafe {
+        let mut attr: libc::pthread_attr_t = core::mem::zeroed();
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+            return None;
+        }
+        let mut addr: *mut c_void = core::ptr::null_mut();
+        let mut size: libc::size_t = 0;
+        let rc = libc::pthread_attr_getstack(&attr, &mut addr, &mut size);
+        libc::pthread_attr_destroy(&mut attr);
+        if rc != 0 {
+            return None;
+        }
+        (addr as u64, addr as u64 + size as u64)
+    };
+    let _ = STACK.try_with(|s| s.set(bounds));
+    Some(bounds)
+}
+
+/// This thread's cached stack bounds, if [`register_thread`] ran on it.
+pub fn registered_stack() -> Option<(u64, u64)> {
+    STACK.try_with(|s| s.get()).ok().filter(|&(lo, hi)| lo < hi)
+}
+
+/// The alternate signal stack, if this thread is running on it.
+pub fn current_altstack() -> Option<(u64, u64)> {
+    // SAFETY: sigaltstack with a null new stack only reports the current one.
+    let ss = unsafe {
+        let mut ss: libc::stack_t = core::mem::zeroed();
+        if libc::sigaltstack(core::ptr::null(), &mut ss) != 0 {
+            return None;
+        }
+        ss
+    };
+    (ss.ss_flags & libc::SS_ONSTACK != 0)
+        .then(|| (ss.ss_sp as u64, ss.ss_sp as u64 + ss.ss_size as u64))
+}
+
+/// How far above a walk's starting sp an unregistered stack may be probed.
+const PROBE_LIMIT: u64 = 64 << 20;
+
+/// One stack range: `lo..hi` is known readable; `hi` may grow by probing
+/// pages up to `limit`.
+#[derive(Clone, Copy, Debug, Default)]
+struct Region {
+    lo: u64,
+    hi: u64,
+    limit: u64,
+}
+
+/// The live stack reader: direct reads inside this thread's known stack
+/// ranges, page probes (with [`read_checked`]) to discover an unregistered
+/// stack's extent upwards from the walk's sp, and nothing else. It never
+/// reads the heap or any other thread's stack.
+#[derive(Debug)]
+pub struct LiveMemory {
+    regions: [Cell<Region>; 3],
+    count: Cell<usize>,
+}
+
+impl LiveMemory {
+    /// A reader for a walk whose first frame has stack pointer `sp`.
+    pub fn new(sp: u64) -> Self {
+        let m = LiveMemory {
+            regions: Default::default(),
+            count: Cell::new(0),
+        };
+        if let Some((lo, hi)) = registered_stack() {
+            m.push(Region { lo, hi, limit: hi });
+        }
+        if let Some((lo, hi)) = current_altstack() {
+            m.push(Region { lo, hi, limit: hi });
+        }
+        m.enter_stack(sp);
+        m
+    }
+
+    fn push(&self, r: Region) {
+        let n = self.count.get();
+        if n < self.regions.len() {
+            self.regions[n].set(r);
+            self.count.set(n + 1);
+        }
+    }
+
+    fn readable(&self, addr: u64, end: u64) -> bool {
+        for cell in &self.regions[..self.count.get()] {
+            let mut r = cell.get();
+            if addr < r.lo || end > r.limit {
+                continue;
+            }
+            // Probe whole pages until the range is covered.
+            while end > r.hi {
+                let mut b = [0u8; 1];
+                if !read_checked(r.hi, &mut b) {
+                    cell.set(r);
+                    return false;
+                }
+                r.hi += PAGE;
+            }
+            cell.set(r);
+            return true;
+        }
+        false
+    }
+}
+
+impl MemoryReader for LiveMemory {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
+        let Some(end) = addr.checked_add(buf.len() as u64) else {
+            return false;
+        };
+        if !self.readable(addr, end) {
+            return false;
+        }
+        // SAFETY: `readable` established that `addr..end` lies in this
+        // thread's stack, which stays mapped while the thread runs this code.
+        unsafe { core::ptr::copy_nonoverlapping(addr as *const u8, buf.as_mut_ptr(), buf.len()) };
+        true
+    }
+
+    /// Admits the stack holding `sp`, from `sp`'s page upwards.
+    fn enter_stack(&self, sp: u64) {
+        let known = self.regions[..self.count.get()]
+            .iter()
+            .any(|r| sp >= r.get().lo && sp < r.get().limit);
+        if sp != 0 && !known {
+            let lo = sp & !(PAGE - 1);
+            self.push(Region {
+                lo,
+                hi: lo,
+                limit: lo.saturating_add(PROBE_LIMIT),
+            });
+        }
+    }
+}
+
+// --- Module discovery ---------------------------------------------------------
+
+/// Reads a loaded module's memory while `dl_iterate_phdr` holds it loaded.
+fn loaded<'a>(addr: u64, len: u64) -> Option<&'a [u8]> {
+    if addr == 0 || len == 0 || len > (1 << 32) {
+        return None;
+    }
+    // SAFETY: only called inside dl_iterate_phdr's callback for ranges inside
+    // the module's own readable PT_LOAD segments, which stay mapped for the
+    // duration of the callback.
+    Some(unsafe { core::slice::from_raw_parts(addr as *const u8, len as usize) })
+}
+
+/// A read-only private mapping of a whole file, unmapped on drop.
+struct MappedFile {
+    ptr: *mut c_void,
+    len: usize,
+}
+
+impl MappedFile {
+    fn open(path: &CStr) -> Option<Self> {
+        // SAFETY: plain system calls on a NUL-terminated path; the mapping is
+        // checked for MAP_FAILED and the fd is closed on every path.
+        unsafe {
+            let fd = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+            if fd < 0 {
+                return None;
+            }
+            let mut st: libc::stat = core::mem::zeroed();
+            let len = if libc::fstat(fd, &mut st) == 0 {
+                st.st_size as usize
+            } else {
+                0
+            };
+            let ptr = if len > 0 {
+                libc::mmap(
+                    core::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ,
+                    libc::MAP_PRIVATE,
+                    fd,
+                    0,
+                )
+            } else {
+                libc::MAP_FAILED
+            };
+            libc::close(fd);
+            (ptr != libc::MAP_FAILED).then_some(MappedFile { ptr, len })
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: the mapping is `len` readable bytes until drop.
+        unsafe { core::slice::from_raw_parts(self.ptr as *const u8, self.len) }
+    }
+}
+
+impl Drop for MappedFile {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping made in `open`.
+        unsafe { libc::munmap(self.ptr, self.len) };
+    }
+}
+
+/// Where a module's `.sframe` section is at run time, from its file's
+/// section headers (rust-lld and mold keep the section but make no
+/// `PT_GNU_SFRAME`).
+fn sframe_from_file(path: &CStr, bias: u64) -> Option<(u64, u64)> {
+    let file = MappedFile::open(path)?;
+    let elf = ElfFile::parse(file.bytes()).ok()?;
+    let s = elf.section_by_name(b".sframe")?;
+    (s.flags & elf::SHF_ALLOC != 0 && s.size != 0).then(|| (bias.wrapping_add(s.addr), s.size))
+}
+
+/// Copies SFrame data into an anonymous mapping the table owns and
+/// validates it there.
+fn copy_sframe(addr: u64, len: u64) -> Option<(SFrame<'static>, (usize, usize))> {
+    let src = loaded(addr, len)?;
+    let size = (len as usize).div_ceil(PAGE as usize) * PAGE as usize;
+    // SAFETY: a fresh anonymous mapping of `size` bytes, checked for failure;
+    // the copy stays within it.
+    let copy: &'static [u8] = unsafe {
+        let p = libc::mmap(
+            core::ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        if p == libc::MAP_FAILED {
+            return None;
+        }
+        core::ptr::copy_nonoverlapping(src.as_ptr(), p.cast(), src.len());
+        libc::mprotect(p, size, libc::PROT_READ);
+        core::slice::from_raw_parts(p as *const u8, src.len())
+    };
+    match SFrame::parse(copy, addr) {
+        Ok(s) => Some((s, (copy.as_ptr() as usize, size))),
+        Err(_) => {
+            release_copy((copy.as_ptr() as usize, size));
+            None
+        }
+    }
+}
+
+fn release_copy((ptr, size): (usize, usize)) {
+    if ptr != 0 {
+        // SAFETY: `(ptr, size)` is a mapping made by `copy_sframe` that no
+        // published table references any more.
+        unsafe { libc::munmap(ptr as *mut c_void, size) };
+    }
+}
+
+struct Fill<'a> {
+    new: &'a mut Table,
+    old: &'a Table,
+    exe: &'a CStr,
+}
+
+unsafe extern "C" fn on_object(
+    info: *mut libc::dl_phdr_info,
+    _size: usize,
+    data: *mut c_void,
+) -> c_int {
+    // SAFETY: dl_iterate_phdr passes a valid info and our `Fill`.
+    let (info, fill) = unsafe { (&*info, &mut *(data as *mut Fill<'_>)) };
+    let bias = info.dlpi_addr;
+    let name: &CStr = if info.dlpi_name.is_null() {
+        fill.exe
+    } else {
+        // SAFETY: dlpi_name is a NUL-terminated string owned by the loader.
+        let n = unsafe { CStr::from_ptr(info.dlpi_name) };
+        if n.is_empty() {
+            fill.exe
+        } else {
+            n
+        }
+    };
+    let mut m = Module::EMPTY;
+    m.set_name(name.to_bytes());
+    m.bias = bias;
+    let phdrs = loaded(
+        info.dlpi_phdr as u64,
+        info.dlpi_phnum as u64 * PHDR_SIZE as u64,
+    )
+    .unwrap_or(&[]);
+    let mut sframe_at = None;
+    for ph in phdrs
+        .chunks_exact(PHDR_SIZE)
+        .filter_map(ProgramHeader::parse)
+    {
+        let start = bias.wrapping_add(ph.vaddr);
+        match ph.p_type {
+            PT_LOAD => {
+                m.push_segment(Segment {
+                    start,
+                    size: ph.memsz,
+                    vaddr: ph.vaddr,
+                    flags: ph.flags,
+                });
+            }
+            PT_NOTE if m.build_id().is_empty() => {
+                if let Some(id) = loaded(start, ph.memsz).and_then(elf::gnu_build_id) {
+                    m.set_build_id(id);
+                }
+            }
+            PT_GNU_SFRAME => sframe_at = Some((start, ph.memsz)),
+            _ => {}
+        }
+    }
+    if sframe_at.is_none() && !m.segments().is_empty() && name.to_bytes().starts_with(b"/") {
+        sframe_at = sframe_from_file(name, bias);
+    }
+    if let Some((addr, len)) = sframe_at {
+        let inside = m.segments().iter().any(|s| {
+            s.readable() && addr >= s.start && addr.saturating_add(len) <= s.start + s.size
+        });
+        let reused = fill.old.modules().iter().find(|o| {
+            o.bias == bias && o.name() == m.name() && o.sframe.is_some() && o.sframe_copy.0 != 0
+        });
+        if let Some(o) = reused {
+            m.sframe = o.sframe;
+            m.sframe_copy = o.sframe_copy;
+        } else if inside {
+            if let Some((s, copy)) = copy_sframe(addr, len) {
+                m.sframe = Some(s);
+                m.sframe_copy = copy;
+            }
+        }
+    }
+    if !fill.new.push(m) {
+        release_copy(m.sframe_copy);
+    }
+    0
+}
+
+/// The address of glibc's `__restore_rt`, from the `sa_restorer` glibc
+/// records in every handler it installs.
+#[cfg(target_arch = "x86_64")]
+fn signal_trampolines(table: &mut Table) {
+    // SAFETY: sigaction with a null new action only queries; the temporary
+    // handler below is a no-op on a signal whose default is to be ignored,
+    // installed and removed at once, only when the signal had no handler.
+    unsafe {
+        let mut old: libc::sigaction = core::mem::zeroed();
+        for sig in [libc::SIGSEGV, libc::SIGBUS, libc::SIGCHLD, libc::SIGURG] {
+            if libc::sigaction(sig, core::ptr::null(), &mut old) == 0 && old.sa_restorer.is_some() {
+                table.add_trampoline(old.sa_restorer.map_or(0, |f| f as usize as u64));
+                return;
+            }
+        }
+        extern "C" fn ignore(_: c_int) {}
+        let mut tmp: libc::sigaction = core::mem::zeroed();
+        tmp.sa_sigaction = ignore as *const () as usize;
+        tmp.sa_flags = libc::SA_RESTART;
+        if libc::sigaction(libc::SIGURG, &tmp, &mut old) == 0 {
+            let mut now: libc::sigaction = core::mem::zeroed();
+            libc::sigaction(libc::SIGURG, &old, &mut now);
+            table.add_trampoline(now.sa_restorer.map_or(0, |f| f as usize as u64));
+        }
+    }
+}
+
+/// `__kernel_rt_sigreturn` in the vDSO, found by its code.
+#[cfg(target_arch = "aarch64")]
+fn signal_trampolines(table: &mut Table) {
+    use crate::arch::{Arch, Native};
+    // SAFETY: getauxval only reads the auxiliary vector.
+    let vdso = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) };
+    let Some(m) = table.module_for_addr(vdso).copied() else {
+        return;
+    };
+    for s in m.segments().iter().filter(|s| s.executable()) {
+        // SAFETY: the vDSO's executable segment is mapped for the life of the
+        // process.
+        let code = unsafe { core::slice::from_raw_parts(s.start as *const u8, s.size as usize) };
+        let pat = Native::SIGRETURN_CODE;
+        let mut off = 0;
+        while off + pat.len() <= code.len() {
+            if &code[off..off + pat.len()] == pat {
+                table.add_trampoline(s.start + off as u64);
+            }
+            off += 4;
+        }
+    }
+}
+
+/// Rebuilds the module table from the loader's list. Call after loading or
+/// unloading libraries; never from a signal handler.
+pub fn refresh() -> Result<u64, RefreshError> {
+    let mut exe_buf = [0u8; 4096];
+    // SAFETY: readlink writes at most len-1 bytes into the buffer.
+    let n = unsafe {
+        libc::readlink(
+            c"/proc/self/exe".as_ptr(),
+            exe_buf.as_mut_ptr().cast(),
+            exe_buf.len() - 1,
+        )
+    };
+    let exe = if n > 0 {
+        CStr::from_bytes_until_nul(&exe_buf[..n as usize + 1]).unwrap_or(c"")
+    } else {
+        c""
+    };
+    modules::refresh_with(
+        |new, old| {
+            let mut fill = Fill { new, old, exe };
+            // SAFETY: the callback only uses `fill` for the duration of the call.
+            unsafe { libc::dl_iterate_phdr(Some(on_object), (&mut fill as *mut Fill<'_>).cast()) };
+            new.finish(0);
+            signal_trampolines(new);
+        },
+        |m| release_copy(m.sframe_copy),
+    )
+}
+
+/// The interrupted registers in a Linux x86_64 `ucontext_t`.
+///
+/// # Safety
+/// `uc` must point to a valid `ucontext_t`.
+#[cfg(target_arch = "x86_64")]
+pub unsafe fn regs_from_ucontext(uc: *const c_void) -> crate::arch::x86_64::Regs {
+    // SAFETY: the caller guarantees `uc` is a valid ucontext_t.
+    let g = unsafe { &(*(uc as *const libc::ucontext_t)).uc_mcontext.gregs };
+    let r = |i: c_int| g[i as usize] as u64;
+    crate::arch::x86_64::Regs {
+        rip: r(libc::REG_RIP),
+        rsp: r(libc::REG_RSP),
+        rbp: r(libc::REG_RBP),
+        rbx: r(libc::REG_RBX),
+        r12: r(libc::REG_R12),
+        r13: r(libc::REG_R13),
+        r14: r(libc::REG_R14),
+        r15: r(libc::REG_R15),
+    }
+}
+
+/// The interrupted registers in a Linux AArch64 `ucontext_t`.
+///
+/// # Safety
+/// `uc` must point to a valid `ucontext_t`.
+#[cfg(target_arch = "aarch64")]
+pub unsafe fn regs_from_ucontext(uc: *const c_void) -> crate::arch::aarch64::Regs {
+    // SAFETY: the caller guarantees `uc` is a valid ucontext_t.
+    let m = unsafe { &(*(uc as *const libc::ucontext_t)).uc_mcontext };
+    let mut x19_x28 = [0u64; 10];
+    x19_x28.copy_from_slice(&m.regs[19..29]);
+    crate::arch::aarch64::Regs {
+        pc: m.pc,
+        sp: m.sp,
+        fp: m.regs[29],
+        lr: m.regs[30],
+        x19_x28,
+    }
+}

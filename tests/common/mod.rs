@@ -1,0 +1,105 @@
+//! Test helpers: resolve pcs to symbol names from the modules' own symbol
+//! tables (an oracle independent of the walker), and small utilities.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use object::{Object, ObjectSymbol};
+
+struct Symbols {
+    /// (start, end, name), sorted by start.
+    ranges: Vec<(u64, u64, String)>,
+}
+
+fn load(path: &str) -> Option<Symbols> {
+    let data = std::fs::read(path).ok()?;
+    let file = object::File::parse(&*data).ok()?;
+    let mut ranges: Vec<(u64, u64, String)> = file
+        .symbols()
+        .chain(file.dynamic_symbols())
+        .filter(|s| s.kind() == object::SymbolKind::Text && s.address() != 0)
+        .filter_map(|s| {
+            let name = s.name().ok()?.to_string();
+            Some((s.address(), s.address() + s.size().max(1), name))
+        })
+        .collect();
+    ranges.sort();
+    Some(Symbols { ranges })
+}
+
+static CACHE: Mutex<Option<HashMap<String, Option<Symbols>>>> = Mutex::new(None);
+
+/// The name of the function holding `pc` (an exact address), from the
+/// symbol table of the module the live table places it in.
+pub fn symbol_at(pc: u64) -> Option<String> {
+    let table = stackmark::modules::current()?;
+    let m = table.module_for_addr(pc)?;
+    let path = String::from_utf8_lossy(m.name()).into_owned();
+    let rel = pc.wrapping_sub(m.bias);
+    let mut cache = CACHE.lock().unwrap();
+    let syms = cache
+        .get_or_insert_with(HashMap::new)
+        .entry(path.clone())
+        .or_insert_with(|| load(&path));
+    let syms = syms.as_ref()?;
+    let i = syms.ranges.partition_point(|r| r.0 <= rel);
+    syms.ranges[..i]
+        .iter()
+        .rev()
+        .find(|r| rel < r.1)
+        .map(|r| demangle_short(&r.2))
+}
+
+/// The symbol for a frame: exact pc if precise, else `pc - 1`.
+pub fn frame_symbol(f: &stackmark::Frame) -> String {
+    symbol_at(f.lookup_pc()).unwrap_or_else(|| format!("?{:#x}", f.pc))
+}
+
+/// The last path component of a Rust symbol, without the hash: enough to
+/// match test function names.
+pub fn demangle_short(name: &str) -> String {
+    // Legacy mangling: _ZN...<len><ident>17h<hash>E
+    if let Some(rest) = name.strip_prefix("_ZN") {
+        let mut parts = Vec::new();
+        let mut s = rest;
+        while let Some(c) = s.chars().next() {
+            if !c.is_ascii_digit() {
+                break;
+            }
+            let n: String = s.chars().take_while(|c| c.is_ascii_digit()).collect();
+            let len: usize = n.parse().unwrap();
+            s = &s[n.len()..];
+            if s.len() < len {
+                break;
+            }
+            parts.push(s[..len].to_string());
+            s = &s[len..];
+        }
+        if let Some(last) = parts
+            .iter()
+            .rev()
+            .find(|p| !(p.starts_with('h') && p.len() == 17))
+        {
+            return last.clone();
+        }
+    }
+    name.to_string()
+}
+
+/// Frame names, outermost last.
+pub fn names(frames: &[stackmark::Frame]) -> Vec<String> {
+    frames.iter().map(frame_symbol).collect()
+}
+
+/// Asserts that `want` appears in `got` as a contiguous run, starting at
+/// `got[start]`.
+pub fn assert_chain(got: &[String], start: usize, want: &[&str]) {
+    let window: Vec<&str> = got
+        .iter()
+        .skip(start)
+        .take(want.len())
+        .map(|s| s.as_str())
+        .collect();
+    assert_eq!(window, want, "full chain: {got:#?}");
+}

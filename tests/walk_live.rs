@@ -1,0 +1,368 @@
+//! In-process walks through the C fixtures and back into Rust: SFrame-only
+//! frames, frame-pointer frames, frames only scanning recovers, signal
+//! frames, corrupted stacks and a library loaded with dlopen.
+
+mod common;
+
+use std::hint::black_box;
+use std::sync::Mutex;
+
+use common::{assert_chain, names};
+use stackmark::{Frame, Method};
+use stackmark_fixtures as fx;
+
+static FRAMES: Mutex<Vec<Frame>> = Mutex::new(Vec::new());
+
+fn setup() {
+    stackmark::init().expect("init");
+}
+
+/// Walks from here and keeps the frames.
+#[no_mangle]
+#[inline(never)]
+extern "C" fn sm_test_cb_walk(x: u64) -> u64 {
+    let mut buf = [Frame::default(); 64];
+    let n = stackmark::walk_here(&mut buf);
+    *FRAMES.lock().unwrap() = buf[..n].to_vec();
+    black_box(x) + 1
+}
+
+fn take_frames() -> Vec<Frame> {
+    std::mem::take(&mut *FRAMES.lock().unwrap())
+}
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+#[no_mangle]
+#[inline(never)]
+extern "C" fn sm_test_sframe_outer() -> u64 {
+    // SAFETY: fixture functions only call the callback.
+    black_box(unsafe { fx::c_level_1(sm_test_cb_walk, black_box(5)) }) + 1
+}
+
+#[test]
+fn walks_through_sframe_only_c_frames_back_into_rust() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    setup();
+    sm_test_sframe_outer();
+    let frames = take_frames();
+    let got = names(&frames);
+    assert_chain(
+        &got,
+        0,
+        &[
+            "sm_test_cb_walk",
+            "c_level_2",
+            "c_level_1",
+            "sm_test_sframe_outer",
+        ],
+    );
+    assert!(
+        frames.len() > 5,
+        "walk continues past the test function: {got:?}"
+    );
+    assert_eq!(frames[0].method, Method::Context);
+    assert!(!frames[0].precise, "a capture's pc is a return address");
+    // Stepping out of each C frame used its SFrame row.
+    assert_eq!(frames[2].method, Method::SFrame, "{frames:#?}");
+    assert_eq!(frames[3].method, Method::SFrame, "{frames:#?}");
+    for w in frames.windows(2) {
+        assert!(w[1].sp > w[0].sp, "sp strictly increases: {frames:#?}");
+    }
+}
+
+#[no_mangle]
+#[inline(never)]
+extern "C" fn sm_test_fp_outer() -> u64 {
+    // SAFETY: fixture functions only call the callback.
+    black_box(unsafe { fx::c_fp_level_1(sm_test_cb_walk, black_box(5)) }) + 1
+}
+
+#[test]
+fn walks_frame_pointer_code_without_sframe_by_frame_pointers() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    setup();
+    sm_test_fp_outer();
+    let frames = take_frames();
+    let got = names(&frames);
+    assert_chain(
+        &got,
+        0,
+        &[
+            "sm_test_cb_walk",
+            "c_fp_level_2",
+            "c_fp_level_1",
+            "sm_test_fp_outer",
+        ],
+    );
+    for f in &frames[1..4] {
+        assert_eq!(f.method, Method::FramePointer, "{frames:#?}");
+    }
+}
+
+#[no_mangle]
+#[inline(never)]
+extern "C" fn sm_test_noinfo_outer() -> u64 {
+    // SAFETY: fixture functions only call the callback.
+    black_box(unsafe { fx::c_noinfo(sm_test_cb_walk, black_box(5)) }) + 1
+}
+
+#[test]
+fn recovers_a_frame_with_neither_table_nor_frame_pointer_by_scanning() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    setup();
+    sm_test_noinfo_outer();
+    let frames = take_frames();
+    let got = names(&frames);
+    assert_chain(
+        &got,
+        0,
+        &["sm_test_cb_walk", "c_noinfo", "sm_test_noinfo_outer"],
+    );
+    assert_eq!(frames[2].method, Method::Scan, "{frames:#?}");
+    assert!(frames[2].method.is_low_trust());
+    // The walk goes on past the scanned frame, up to the thread's start.
+    assert!(got.iter().any(|n| n.contains("thread_start")), "{got:#?}");
+}
+
+// --- Signals -------------------------------------------------------------------
+
+struct SigBufs {
+    own: [Frame; 64],
+    own_n: usize,
+    uc: [Frame; 64],
+    uc_n: usize,
+}
+
+struct SyncCell(std::cell::UnsafeCell<SigBufs>);
+// SAFETY: only the test thread and its own synchronous signal handler touch
+// it, never at the same time (the SERIAL lock serialises tests).
+unsafe impl Sync for SyncCell {}
+
+static SIG: SyncCell = SyncCell(std::cell::UnsafeCell::new(SigBufs {
+    own: [Frame {
+        pc: 0,
+        sp: 0,
+        precise: false,
+        method: Method::Context,
+    }; 64],
+    own_n: 0,
+    uc: [Frame {
+        pc: 0,
+        sp: 0,
+        precise: false,
+        method: Method::Context,
+    }; 64],
+    uc_n: 0,
+}));
+
+extern "C" fn on_usr1(_sig: i32, _info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+    // SAFETY: see SyncCell; `uc` is the kernel's ucontext_t.
+    unsafe {
+        let b = &mut *SIG.0.get();
+        b.own_n = stackmark::walk_here(&mut b.own);
+        b.uc_n = stackmark::walk_ucontext(uc, &mut b.uc);
+    }
+}
+
+/// Sends SIGUSR1 to this thread with a raw system call, so the signal
+/// interrupts this very function (not libc).
+#[no_mangle]
+#[inline(never)]
+extern "C" fn sm_test_raise_usr1() {
+    // SAFETY: getpid/gettid/tgkill on ourselves.
+    unsafe {
+        let pid = libc::getpid() as u64;
+        let tid = libc::gettid() as u64;
+        #[cfg(target_arch = "x86_64")]
+        core::arch::asm!("syscall", inout("rax") 234u64 => _, in("rdi") pid, in("rsi") tid,
+                         in("rdx") libc::SIGUSR1 as u64, out("rcx") _, out("r11") _);
+        #[cfg(target_arch = "aarch64")]
+        core::arch::asm!("svc 0", in("x8") 131u64, inout("x0") pid => _, in("x1") tid,
+                         in("x2") libc::SIGUSR1 as u64);
+    }
+    black_box(());
+}
+
+#[no_mangle]
+#[inline(never)]
+extern "C" fn sm_test_signal_outer() -> u64 {
+    sm_test_raise_usr1();
+    black_box(7)
+}
+
+#[test]
+fn walks_through_a_signal_frame_from_the_handler_and_from_its_ucontext() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    setup();
+    // SAFETY: installing a handler for SIGUSR1, used only by this test.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_usr1 as *const () as usize;
+        sa.sa_flags = libc::SA_SIGINFO;
+        libc::sigaction(libc::SIGUSR1, &sa, std::ptr::null_mut());
+    }
+    // The handler is installed now, so glibc's restorer is known: refresh.
+    stackmark::refresh().unwrap();
+    sm_test_signal_outer();
+    // SAFETY: the handler has finished.
+    let b = unsafe { &*SIG.0.get() };
+    let uc = &b.uc[..b.uc_n];
+    let got = names(uc);
+    assert_chain(&got, 0, &["sm_test_raise_usr1", "sm_test_signal_outer"]);
+    assert!(uc[0].precise, "the interrupted pc is exact");
+
+    let own = &b.own[..b.own_n];
+    let got = names(own);
+    assert_eq!(got[0], "on_usr1", "{got:?}");
+    let i = own
+        .iter()
+        .position(|f| f.method == Method::SignalFrame)
+        .unwrap_or_else(|| panic!("no signal frame: {own:#?} {got:?}"));
+    assert!(own[i].precise);
+    assert_chain(&got, i, &["sm_test_raise_usr1", "sm_test_signal_outer"]);
+    assert_eq!(
+        own[i].pc, uc[0].pc,
+        "both walks agree on the interrupted pc"
+    );
+}
+
+// --- Corrupted stacks ---------------------------------------------------------
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+#[test]
+fn a_thousand_walks_over_corrupted_stacks_end_without_fault() {
+    setup();
+    let code: Vec<(u64, u64)> = stackmark::modules::current()
+        .unwrap()
+        .modules()
+        .iter()
+        .flat_map(|m| {
+            m.segments()
+                .iter()
+                .filter(|s| s.executable())
+                .map(|s| (s.start, s.size))
+        })
+        .collect();
+    std::thread::spawn(move || {
+        stackmark::register_thread();
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut frames = [Frame::default(); 128];
+        for i in 0..1000 {
+            let mut area = [0u64; 512];
+            let base = area.as_ptr() as u64;
+            for w in area.iter_mut() {
+                *w = match rng.next() % 5 {
+                    0 => rng.next(),
+                    1 => {
+                        let (s, n) = code[(rng.next() % code.len() as u64) as usize];
+                        s + rng.next() % n
+                    }
+                    2 => base + (rng.next() % 600) * 8,
+                    3 => base.wrapping_sub((rng.next() % 64) * 8),
+                    _ => 0,
+                };
+            }
+            let pick = |rng: &mut Rng| area[(rng.next() % 512) as usize];
+            let mut regs = stackmark::capture();
+            set_regs(
+                &mut regs,
+                pick(&mut rng),
+                base + (rng.next() % 256) * 8,
+                pick(&mut rng),
+            );
+            let n = stackmark::walk_from(
+                regs,
+                i % 2 == 0,
+                stackmark::WalkOptions::default(),
+                &mut frames,
+            );
+            assert!((1..=frames.len()).contains(&n));
+            for w in frames[..n].windows(2) {
+                if w[1].method != Method::SignalFrame {
+                    assert!(w[1].sp > w[0].sp, "sp must increase: {:#?}", &frames[..n]);
+                }
+            }
+            black_box(&mut area);
+        }
+    })
+    .join()
+    .unwrap();
+}
+
+#[cfg(target_arch = "x86_64")]
+fn set_regs(r: &mut stackmark::Regs, pc: u64, sp: u64, fp: u64) {
+    r.rip = pc;
+    r.rsp = sp;
+    r.rbp = fp;
+}
+
+#[cfg(target_arch = "aarch64")]
+fn set_regs(r: &mut stackmark::Regs, pc: u64, sp: u64, fp: u64) {
+    r.pc = pc;
+    r.sp = sp;
+    r.fp = fp;
+    r.lr = pc ^ 0x40;
+}
+
+// --- dlopen -------------------------------------------------------------------
+
+type SoEntry = unsafe extern "C" fn(fx::Callback, u64) -> u64;
+
+static SO_ENTRY: Mutex<Option<usize>> = Mutex::new(None);
+
+#[no_mangle]
+#[inline(never)]
+extern "C" fn sm_test_dl_outer() -> u64 {
+    let f = SO_ENTRY.lock().unwrap().unwrap();
+    // SAFETY: `f` is so_level_1 from the loaded fixture library.
+    let f: SoEntry = unsafe { std::mem::transmute(f) };
+    // SAFETY: the fixture only calls the callback.
+    black_box(unsafe { f(sm_test_cb_walk, 3) }) + 1
+}
+
+#[test]
+fn walks_through_a_dlopened_sframe_library_after_a_refresh() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    setup();
+    let path = std::ffi::CString::new(fx::DLOPEN_LIB).unwrap();
+    // SAFETY: loading our own fixture library and looking up a symbol in it.
+    let sym = unsafe {
+        let h = libc::dlopen(path.as_ptr(), libc::RTLD_NOW);
+        assert!(!h.is_null(), "dlopen {}", fx::DLOPEN_LIB);
+        libc::dlsym(h, c"so_level_1".as_ptr())
+    };
+    assert!(!sym.is_null());
+    *SO_ENTRY.lock().unwrap() = Some(sym as usize);
+    stackmark::refresh().unwrap();
+    let table = stackmark::modules::current().unwrap();
+    let m = table
+        .module_for_addr(sym as u64)
+        .expect("library in the table");
+    assert!(m.sframe.is_some(), "library has SFrame");
+    drop(table);
+    sm_test_dl_outer();
+    let frames = take_frames();
+    let got = names(&frames);
+    assert_chain(
+        &got,
+        0,
+        &[
+            "sm_test_cb_walk",
+            "so_level_2",
+            "so_level_1",
+            "sm_test_dl_outer",
+        ],
+    );
+    assert_eq!(frames[2].method, Method::SFrame, "{frames:#?}");
+    assert_eq!(frames[3].method, Method::SFrame, "{frames:#?}");
+}
