@@ -293,8 +293,18 @@ impl CodeMap for Table {
         }
     }
 
+    /// Known trampolines first (glibc's restorer, the vDSO's); outside any
+    /// module (qemu-user's trampoline page, for one), the code itself.
     fn is_sigreturn<A: crate::arch::Arch>(&self, pc: u64) -> bool {
-        self.is_trampoline(pc)
+        if self.is_trampoline(pc) {
+            return true;
+        }
+        if self.module_for_code(pc).is_some() {
+            return false;
+        }
+        let mut code = [0u8; 16];
+        let code = &mut code[..A::SIGRETURN_CODE.len()];
+        crate::os::read_checked(pc, code) && code == A::SIGRETURN_CODE
     }
 }
 

@@ -67,7 +67,7 @@ impl Frame {
 }
 
 use crate::arch::{Arch, StepError};
-use crate::formats::sframe::{RegRule, Row};
+use crate::formats::sframe::{CfaRule, RegRule, Row};
 use crate::memory::MemoryReader;
 
 /// What the module table knows about one pc.
@@ -166,6 +166,9 @@ pub struct Walker<A: Arch, M, C> {
     /// The current frame may hold its return address in a register: it is
     /// frame 0 or was interrupted by a signal.
     ra_in_register_ok: bool,
+    /// The current frame's sp is exact (not just a lower bound left by an
+    /// AArch64 frame-pointer step or a scan).
+    sp_exact: bool,
     stop: StopReason,
 }
 
@@ -187,6 +190,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             pending: Some(first),
             depth: 0,
             ra_in_register_ok: true,
+            sp_exact: true,
             stop: StopReason::Running,
         }
     }
@@ -219,9 +223,29 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
         n
     }
 
-    fn accept(&self, cur: &Frame, next: &A::Regs, check_sp: bool) -> bool {
+    fn accept(&self, cur: &Frame, next: &A::Regs) -> bool {
         let pc = A::pc(next);
-        pc != 0 && (!check_sp || A::sp(next) > cur.sp) && self.code.is_code(pc.wrapping_sub(1))
+        pc != 0
+            && A::sp(next) > cur.sp
+            && (self.code.is_code(pc.wrapping_sub(1)) || self.code.is_sigreturn::<A>(pc))
+    }
+
+    /// Whether `pc` follows a call instruction in known code.
+    fn after_call(&self, pc: u64) -> bool {
+        let mut before = [0u8; 8];
+        pc >= 8 && self.code.read_code(pc - 8, &mut before) && A::ends_with_call(&before)
+    }
+
+    /// Applies an SP-based row when the current sp is only a lower bound:
+    /// tries each higher stack slot as the sp and keeps the first whose
+    /// recovered return address follows a call.
+    fn step_sframe_inexact_sp(&self, row: &Row, cur: &Frame) -> Option<A::Regs> {
+        const SEARCH_WORDS: u64 = 64;
+        (0..SEARCH_WORDS).find_map(|k| {
+            let regs = A::with_sp(&self.regs, A::sp(&self.regs).checked_add(k * 8)?);
+            let next = A::step_sframe(row, &regs, &self.mem, false).ok()?;
+            (self.accept(cur, &next) && self.after_call(A::pc(&next))).then_some(next)
+        })
     }
 
     /// One step from `cur` to its caller.
@@ -243,13 +267,22 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
                     if row.ra == RegRule::Undefined {
                         return Err(StopReason::Outermost);
                     }
-                    match A::step_sframe(&row, &regs, &self.mem, self.ra_in_register_ok) {
-                        Ok(next) if A::pc(&next) == 0 => return Err(StopReason::ReturnAddressZero),
-                        Ok(next) if self.accept(cur, &next, true) => {
-                            return Ok((next, Method::SFrame, false))
+                    let sp_based = matches!(row.cfa, CfaRule::SpPlus(_));
+                    if !self.sp_exact && sp_based {
+                        if let Some(next) = self.step_sframe_inexact_sp(&row, cur) {
+                            return Ok((next, Method::SFrame, false));
                         }
-                        Err(StepError::Outermost) => return Err(StopReason::Outermost),
-                        _ => {}
+                    } else {
+                        match A::step_sframe(&row, &regs, &self.mem, self.ra_in_register_ok) {
+                            Ok(next) if A::pc(&next) == 0 => {
+                                return Err(StopReason::ReturnAddressZero)
+                            }
+                            Ok(next) if self.accept(cur, &next) => {
+                                return Ok((next, Method::SFrame, false))
+                            }
+                            Err(StepError::Outermost) => return Err(StopReason::Outermost),
+                            _ => {}
+                        }
                     }
                 }
                 Lookup::Compact { .. } | Lookup::NoInfo | Lookup::Outside => {}
@@ -260,7 +293,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
                 if A::pc(&next) == 0 {
                     return Err(StopReason::ReturnAddressZero);
                 }
-                if self.accept(cur, &next, true) {
+                if self.accept(cur, &next) {
                     return Ok((next, Method::FramePointer, false));
                 }
             }
@@ -279,8 +312,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             if ra < 8 || !self.code.is_code(ra - 1) {
                 continue;
             }
-            let mut before = [0u8; 8];
-            if self.code.read_code(ra - 8, &mut before) && A::ends_with_call(&before) {
+            if self.after_call(ra) {
                 // The word below a return address is often the caller's
                 // saved frame pointer (x86_64 `push rbp`, AArch64 frame
                 // records): adopt it when it points further up the stack, so
@@ -310,6 +342,10 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Iterator for Walker<A, M, C> {
             Ok((regs, method, precise)) => {
                 self.regs = regs;
                 self.ra_in_register_ok = method == Method::SignalFrame;
+                self.sp_exact = match method {
+                    Method::FramePointer | Method::Scan => A::FP_STEP_GIVES_CFA,
+                    _ => true,
+                };
                 self.pending = Some(Frame {
                     pc: A::pc(&regs),
                     sp: A::sp(&regs),

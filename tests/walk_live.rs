@@ -21,8 +21,15 @@ fn setup() {
 #[no_mangle]
 #[inline(never)]
 extern "C" fn sm_test_cb_walk(x: u64) -> u64 {
-    let mut buf = [Frame::default(); 64];
-    let n = stackmark::walk_here(&mut buf);
+    // A static buffer: frames kept on this stack would be scanned too.
+    static BUF: Mutex<[Frame; 64]> = Mutex::new([Frame {
+        pc: 0,
+        sp: 0,
+        precise: false,
+        method: Method::Context,
+    }; 64]);
+    let mut buf = BUF.lock().unwrap_or_else(|e| e.into_inner());
+    let n = stackmark::walk_here(&mut buf[..]);
     *FRAMES.lock().unwrap() = buf[..n].to_vec();
     black_box(x) + 1
 }

@@ -84,4 +84,12 @@ pub trait Arch: Copy + core::fmt::Debug {
     /// Removes pointer-authentication bits from a return address (no-op where
     /// the architecture has none).
     fn strip_pac(addr: u64) -> u64;
+
+    /// Whether a frame-pointer step yields the caller's exact stack pointer.
+    /// On x86_64 `rbp + 16` is the CFA; on AArch64 the frame record may sit
+    /// anywhere in the frame, so `fp + 16` is only a lower bound.
+    const FP_STEP_GIVES_CFA: bool;
+
+    /// The same registers with another stack pointer.
+    fn with_sp(regs: &Self::Regs, sp: u64) -> Self::Regs;
 }

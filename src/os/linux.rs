@@ -34,17 +34,38 @@ fn vm_read(addr: u64, buf: &mut [u8]) -> isize {
     unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) }
 }
 
+/// Copies through a fresh pipe: the kernel's copy of the source fails with
+/// EFAULT instead of faulting. Four system calls, all async-signal-safe; a
+/// pipe of its own per call, so concurrent callers never mix their bytes.
+fn pipe_read(addr: u64, buf: &mut [u8]) -> bool {
+    let mut fds = [0 as c_int; 2];
+    // SAFETY: pipe2 fills `fds`; write reads from `addr` in the kernel,
+    // which reports EFAULT rather than faulting; read fills `buf`; both fds
+    // are closed on every path.
+    unsafe {
+        if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) != 0 {
+            return false;
+        }
+        let ok = buf.len() <= 4096
+            && libc::write(fds[1], addr as *const c_void, buf.len()) == buf.len() as isize
+            && libc::read(fds[0], buf.as_mut_ptr().cast(), buf.len()) == buf.len() as isize;
+        libc::close(fds[0]);
+        libc::close(fds[1]);
+        ok
+    }
+}
+
 /// Copies `buf.len()` bytes from `addr` in this process, returning `false`
 /// instead of faulting when any of them is unmapped or unreadable. It uses
 /// `process_vm_readv` on the process itself: one system call,
-/// async-signal-safe. Where the kernel refuses that call (seccomp), it fails
-/// closed and reads nothing.
+/// async-signal-safe. Where that call is refused (seccomp filters,
+/// qemu-user), it copies through a pipe instead.
 pub fn read_checked(addr: u64, buf: &mut [u8]) -> bool {
     if buf.is_empty() {
         return true;
     }
     if VM_READ.load(Relaxed) == 2 {
-        return false;
+        return pipe_read(addr, buf);
     }
     let n = vm_read(addr, buf);
     if n == buf.len() as isize {
@@ -56,6 +77,7 @@ pub fn read_checked(addr: u64, buf: &mut [u8]) -> bool {
         let mut out = [1u8; 1];
         if vm_read(probe.as_ptr() as u64, &mut out) != 1 {
             VM_READ.store(2, Relaxed);
+            return pipe_read(addr, buf);
         }
     }
     false

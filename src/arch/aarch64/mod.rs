@@ -75,6 +75,25 @@ fn apply_offset(base: u64, off: i32) -> u64 {
     base.wrapping_add(off as i64 as u64)
 }
 
+impl Aarch64 {
+    /// The registers saved in the signal frame at `sp`.
+    fn ucontext_regs<M: MemoryReader>(sp: u64, mem: &M) -> Result<Regs, StepError> {
+        use sigframe_offsets as o;
+        let at = |off: u64| read(mem, sp.wrapping_add(off));
+        let mut x19_x28 = [0u64; 10];
+        for (i, slot) in x19_x28.iter_mut().enumerate() {
+            *slot = at(o::REGS + (19 + i as u64) * 8)?;
+        }
+        Ok(Regs {
+            pc: at(o::PC)?,
+            sp: at(o::SP)?,
+            fp: at(o::REGS + 29 * 8)?,
+            lr: at(o::REGS + 30 * 8)?,
+            x19_x28,
+        })
+    }
+}
+
 impl Arch for Aarch64 {
     type Regs = Regs;
 
@@ -152,20 +171,25 @@ impl Arch for Aarch64 {
         })
     }
 
+    /// The frame sits between the handler's frame and the frame record the
+    /// kernel (or qemu-user) placed just above it, which `fp` points to. When
+    /// `sp` is only a lower bound (after a frame-pointer step), the frame is
+    /// found as the first 16-byte aligned position whose saved x29/x30 equal
+    /// that record.
     fn signal_frame_regs<M: MemoryReader>(r: &Regs, mem: &M) -> Result<Regs, StepError> {
-        use sigframe_offsets as o;
-        let at = |off: u64| read(mem, r.sp.wrapping_add(off));
-        let mut x19_x28 = [0u64; 10];
-        for (i, slot) in x19_x28.iter_mut().enumerate() {
-            *slot = at(o::REGS + (19 + i as u64) * 8)?;
+        let record = (read(mem, r.fp), read(mem, r.fp.wrapping_add(8)));
+        let consistent = |sp: u64| {
+            let saved = |n: u64| read(mem, sp.wrapping_add(sigframe_offsets::REGS + n * 8));
+            matches!(record, (Ok(fp), Ok(lr)) if saved(29) == Ok(fp) && saved(30) == Ok(lr))
+        };
+        let mut sp = r.sp;
+        if !consistent(sp) {
+            sp = (r.sp.wrapping_add(15) & !15..r.fp)
+                .step_by(16)
+                .find(|&sp| consistent(sp))
+                .unwrap_or(r.sp);
         }
-        Ok(Regs {
-            pc: at(o::PC)?,
-            sp: at(o::SP)?,
-            fp: at(o::REGS + 29 * 8)?,
-            lr: at(o::REGS + 30 * 8)?,
-            x19_x28,
-        })
+        Self::ucontext_regs(sp, mem)
     }
 
     /// `mov x8, #139; svc #0` (`rt_sigreturn`).
@@ -193,5 +217,11 @@ impl Arch for Aarch64 {
 
     fn strip_pac(addr: u64) -> u64 {
         strip_pac(addr)
+    }
+
+    const FP_STEP_GIVES_CFA: bool = false;
+
+    fn with_sp(r: &Regs, sp: u64) -> Regs {
+        Regs { sp, ..*r }
     }
 }

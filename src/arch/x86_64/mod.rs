@@ -212,4 +212,10 @@ impl Arch for X86_64 {
     fn strip_pac(addr: u64) -> u64 {
         addr
     }
+
+    const FP_STEP_GIVES_CFA: bool = true;
+
+    fn with_sp(r: &Regs, sp: u64) -> Regs {
+        Regs { rsp: sp, ..*r }
+    }
 }
