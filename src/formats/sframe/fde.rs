@@ -1,16 +1,36 @@
-//! Function descriptor entries: the version 1/2 FDE and the version 3 index
-//! entry plus attribute.
+//! Function descriptor entries: the 17-byte (version 1) and 20-byte
+//! (version 2) FDE, and the version 3 index entry with its attribute.
 
 use super::header::Header;
 use super::Error;
 use crate::formats::cursor::Cursor;
 
-/// FDE type: FLEX (version 3): FRE data words are control/offset pairs.
+/// FDE type (version 3 `info2` bits 0-4): default, fixed meaning of the
+/// data words per ABI.
+pub const FDE_TYPE_DEFAULT: u8 = 0;
+/// FDE type (version 3 `info2` bits 0-4): FLEX, data words are control word
+/// and offset pairs for the CFA, the RA and the FP.
 pub const FDE_TYPE_FLEX: u8 = 1;
 
-/// One function's descriptor, decoded.
+/// One function's descriptor, decoded and bounds-checked.
+///
+/// ```
+/// use stackmark::formats::sframe::SFrame;
+/// // cfi-sframe-x86_64-3 (GNU as/ld 2.46): one function at 0x401000.
+/// let data = [
+///     0xe2, 0xde, 3, 5, 3, 0, 0xf8, 0, 1, 0, 0, 0, 1, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 16, 0,
+///     0, 0, 0xe4, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0,
+///     0, 0, 2, 8,
+/// ];
+/// let sframe = SFrame::parse(&data, 0x401000).unwrap();
+/// let fde = sframe.functions().next().unwrap().fde;
+/// assert_eq!((fde.index, fde.start, fde.size, fde.num_fres), (0, 0x401000, 0, 1));
+/// assert!(!fde.pc_mask && !fde.is_flex() && !fde.signal);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Fde {
+    /// Offset of the FDE (the index entry in version 3) in the section data.
+    pub at: usize,
     /// Index of the FDE in its piece.
     pub index: u32,
     /// Runtime address of the function's first instruction.
@@ -23,54 +43,71 @@ pub struct Fde {
     pub num_fres: u32,
     /// FRE start-address size in bytes: 1, 2 or 4.
     pub addr_size: u8,
-    /// PCMASK: FRE start addresses repeat every `rep_size` bytes (PLT).
+    /// PCMASK: the FRE start addresses repeat every `rep_size` bytes (PLT
+    /// entries); else PCINC.
     pub pc_mask: bool,
-    /// Size of the repeating block for PCMASK FDEs.
+    /// Size of the repeating block of a PCMASK FDE (16 in version 1, which
+    /// has no such field).
     pub rep_size: u8,
     /// AArch64: return addresses are signed with key B (else key A).
     pub pauth_key_b: bool,
-    /// The function is a signal trampoline (version 3).
+    /// The function is a signal trampoline (version 3 attribute).
     pub signal: bool,
-    /// FDE type (version 3 `info2` bits 0-4): 0 default, 1 FLEX.
+    /// FDE type: [`FDE_TYPE_DEFAULT`] or [`FDE_TYPE_FLEX`] (always default
+    /// before version 3).
     pub fde_type: u8,
 }
 
+/// Offset of FDE `i` of the piece `h`, checked.
+fn fde_offset(h: &Header, i: u32) -> Option<usize> {
+    (i as usize).checked_mul(h.fde_size())?.checked_add(h.fdes)
+}
+
+/// The runtime start address encoded by the FDE at `at` with the signed
+/// offset `rel`, or `None` outside the 64-bit address space.
+fn start_address(h: &Header, at: usize, rel: i64, base: u64) -> Option<u64> {
+    // Without PCREL the offset counts from the section (the piece's header);
+    // with it, from the start-address field itself, the FDE's first field.
+    let anchor = if h.pcrel() { at } else { h.at };
+    base.checked_add(anchor as u64)?.checked_add_signed(rel)
+}
+
 impl Fde {
-    /// Whether FRE data words are FLEX control/offset pairs.
+    /// Whether the FRE data words are FLEX control/offset pairs.
     pub fn is_flex(&self) -> bool {
         self.fde_type == FDE_TYPE_FLEX
     }
 
-    /// Decodes FDE `i` of the piece `h`. `base` is the runtime address of
-    /// the section data's first byte. Only the FDE itself is bounds-checked.
+    /// Decodes FDE `i` of the piece `h`; `base` is the runtime address of
+    /// the section data's first byte. Checks the FDE's own fields and that
+    /// its FREs start inside the piece's FRE sub-section.
     pub fn read(data: &[u8], h: &Header, i: u32, base: u64) -> Result<Fde, Error> {
-        let at = h.fdes + i as usize * h.fde_size();
+        let at = fde_offset(h, i).ok_or(Error::OutOfBounds {
+            what: "FDE",
+            offset: h.at,
+        })?;
         let trunc = Error::Truncated {
             what: "FDE",
             offset: at,
         };
         let mut c = Cursor::at(data, at);
-        let (rel, size, fre_off) = if h.version == 3 {
-            (
-                c.i64().ok_or(trunc)?,
-                c.u32().ok_or(trunc)?,
-                c.u32().ok_or(trunc)?,
-            )
+        let rel = if h.version == 3 {
+            c.i64().ok_or(trunc)?
         } else {
-            (
-                i64::from(c.i32().ok_or(trunc)?),
-                c.u32().ok_or(trunc)?,
-                c.u32().ok_or(trunc)?,
-            )
+            i64::from(c.i32().ok_or(trunc)?)
         };
-        let anchor = if h.pcrel() { at } else { h.at };
-        let start = base.wrapping_add(anchor as u64).wrapping_add(rel as u64);
+        let size = c.u32().ok_or(trunc)?;
+        let fre_off = c.u32().ok_or(trunc)? as usize;
+        let start = start_address(h, at, rel, base)
+            .filter(|s| s.checked_add(u64::from(size)).is_some())
+            .ok_or(Error::AddressOverflow { offset: at })?;
         let oob = Error::OutOfBounds {
-            what: "FDE's FREs",
+            what: "FREs of the FDE",
             offset: at,
         };
-        let fre_at = h.fres.checked_add(fre_off as usize).ok_or(oob)?;
+        let fre_at = h.fres.checked_add(fre_off).ok_or(oob)?;
         let (num_fres, info, info2, rep_size, fres) = if h.version == 3 {
+            // The attribute opens the function's FREs.
             let mut a = Cursor::at(data, fre_at);
             let bad = Error::Truncated {
                 what: "FDE attribute",
@@ -78,11 +115,12 @@ impl Fde {
             };
             let n = a.u16().ok_or(bad)?;
             let (info, info2, rep) = (a.u8().ok_or(bad)?, a.u8().ok_or(bad)?, a.u8().ok_or(bad)?);
-            (u32::from(n), info, info2, rep, fre_at + 5)
+            (u32::from(n), info, info2, rep, a.pos())
         } else {
             let n = c.u32().ok_or(trunc)?;
             let info = c.u8().ok_or(trunc)?;
-            // Version 1 has no rep_size: AMD64 PLT entries repeat every 16.
+            // Version 1 has no rep_size: its PCMASK FDEs (AMD64 PLT entries)
+            // repeat every 16 bytes.
             let rep = if h.version == 2 {
                 c.u8().ok_or(trunc)?
             } else {
@@ -99,29 +137,42 @@ impl Fde {
             2 => 4,
             t => {
                 return Err(Error::BadFreType {
-                    fde: i,
+                    offset: at,
                     fre_type: t,
                 })
             }
         };
+        let fde_type = info2 & 0x1f;
+        if fde_type > FDE_TYPE_FLEX {
+            return Err(Error::BadFdeType {
+                offset: at,
+                fde_type,
+            });
+        }
+        let pc_mask = info & 0x10 != 0;
+        if pc_mask && rep_size == 0 {
+            return Err(Error::ZeroRepSize { offset: at });
+        }
         Ok(Fde {
+            at,
             index: i,
             start,
             size,
             fres,
             num_fres,
             addr_size,
-            pc_mask: info & 0x10 != 0,
+            pc_mask,
             rep_size,
             pauth_key_b: info & 0x20 != 0,
             signal: h.version == 3 && info & 0x80 != 0,
-            fde_type: if h.version == 3 { info2 & 0x1f } else { 0 },
+            fde_type,
         })
     }
 
-    /// Start address only, for searching (no attribute read).
-    pub fn start_of(data: &[u8], h: &Header, i: u32, base: u64) -> Option<(u64, u32)> {
-        let at = h.fdes + i as usize * h.fde_size();
+    /// Start address and size of FDE `i`, without the rest: the binary
+    /// search's probe. `None` only for input that validation rejects.
+    pub(crate) fn start_of(data: &[u8], h: &Header, i: u32, base: u64) -> Option<(u64, u32)> {
+        let at = fde_offset(h, i)?;
         let mut c = Cursor::at(data, at);
         let rel = if h.version == 3 {
             c.i64()?
@@ -129,10 +180,6 @@ impl Fde {
             i64::from(c.i32()?)
         };
         let size = c.u32()?;
-        let anchor = if h.pcrel() { at } else { h.at };
-        Some((
-            base.wrapping_add(anchor as u64).wrapping_add(rel as u64),
-            size,
-        ))
+        Some((start_address(h, at, rel, base)?, size))
     }
 }

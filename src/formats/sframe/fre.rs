@@ -1,36 +1,74 @@
-//! Frame row entries and how their data words become rules.
+//! Frame row entries, and how their data words become rules.
 
 use super::fde::Fde;
 use super::header::Header;
 use super::{Abi, CfaRule, Error, RegRule, Row};
 use crate::formats::cursor::Cursor;
 
-/// Most data words an FRE can carry (4 bits of count).
+/// Most data words an FRE can carry (a 4-bit count).
 pub const MAX_WORDS: usize = 15;
 
 /// One frame row entry, decoded but not yet interpreted.
+///
+/// ```
+/// use stackmark::formats::sframe::SFrame;
+/// // cfi-sframe-x86_64-3 (GNU as/ld 2.46): one FRE, "CFA = FP + 8".
+/// let data = [
+///     0xe2, 0xde, 3, 5, 3, 0, 0xf8, 0, 1, 0, 0, 0, 1, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 16, 0,
+///     0, 0, 0xe4, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0,
+///     0, 0, 2, 8,
+/// ];
+/// let sframe = SFrame::parse(&data, 0x401000).unwrap();
+/// let fre = sframe.functions().next().unwrap().fres().next().unwrap();
+/// assert_eq!((fre.start, fre.sp_base, fre.word_size), (0, false, 1));
+/// assert_eq!((fre.count(), fre.word(0), fre.word(1)), (1, Some(8), None));
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Fre {
-    /// Offset of the row's first pc from the function start (or from the
-    /// start of the repeating block for PCMASK FDEs).
+    /// Offset of the FRE in the section data.
+    pub at: usize,
+    /// Offset of the row's first pc from the function start (from the start
+    /// of the repeating block for PCMASK FDEs).
     pub start: u32,
-    /// The CFA base is the stack pointer (else the frame pointer).
+    /// Base-register bit: the CFA is SP-based (else FP-based). Unused by
+    /// FLEX FDEs, whose control words name the register.
     pub sp_base: bool,
-    /// The return address is signed (pointer authentication).
+    /// Mangled-RA bit: the return address is signed (AArch64 PAC).
     pub mangled_ra: bool,
     /// Size of each data word in bytes: 1, 2 or 4.
     pub word_size: u8,
     count: u8,
-    words: [i32; MAX_WORDS],
+    /// Raw words, zero-extended from `word_size` bytes.
+    words: [u32; MAX_WORDS],
 }
 
+/// Why an FRE's data words do not make rules.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RuleError;
+
 impl Fre {
-    /// The data words (stack offsets, or FLEX control/offset pairs).
-    pub fn words(&self) -> &[i32] {
-        &self.words[..self.count as usize]
+    /// Number of data words (0 marks an "RA undefined" outermost row).
+    pub fn count(&self) -> usize {
+        usize::from(self.count)
     }
 
-    /// Reads the FRE at `at`; returns it and the offset just past it.
+    /// Data word `i` as a signed offset.
+    pub fn word(&self, i: usize) -> Option<i32> {
+        let u = *self.words.get(i).filter(|_| i < self.count())?;
+        Some(match self.word_size {
+            1 => i32::from(u as u8 as i8),
+            2 => i32::from(u as u16 as i16),
+            _ => u as i32,
+        })
+    }
+
+    /// Data word `i` as an unsigned value (a FLEX control word).
+    pub fn uword(&self, i: usize) -> Option<u32> {
+        self.words.get(i).filter(|_| i < self.count()).copied()
+    }
+
+    /// Reads the FRE at `at` with `addr_size`-byte start address; returns
+    /// it and the offset just past it.
     pub fn read(data: &[u8], at: usize, addr_size: u8) -> Result<(Fre, usize), Error> {
         let trunc = Error::Truncated {
             what: "FRE",
@@ -50,15 +88,16 @@ impl Fre {
             2 => 4,
             _ => return Err(Error::BadWordSize { offset: at }),
         };
-        let mut words = [0i32; MAX_WORDS];
-        for w in words.iter_mut().take(count as usize) {
+        let mut words = [0u32; MAX_WORDS];
+        for w in words.iter_mut().take(usize::from(count)) {
             *w = match word_size {
-                1 => i32::from(c.i8().ok_or(trunc)?),
-                2 => i32::from(c.i16().ok_or(trunc)?),
-                _ => c.i32().ok_or(trunc)?,
+                1 => u32::from(c.u8().ok_or(trunc)?),
+                2 => u32::from(c.u16().ok_or(trunc)?),
+                _ => c.u32().ok_or(trunc)?,
             };
         }
         let fre = Fre {
+            at,
             start,
             sp_base: info & 1 != 0,
             mangled_ra: info & 0x80 != 0,
@@ -69,43 +108,113 @@ impl Fre {
         Ok((fre, c.pos()))
     }
 
-    /// Interprets the data words as rules: the header's ABI and fixed
-    /// offsets, and the FDE's type, say how.
-    pub fn rules(&self, h: &Header, fde: &Fde) -> Result<(CfaRule, RegRule, RegRule), RuleError> {
-        let w = self.words();
-        let amd64 = h.abi == Abi::Amd64LittleEndian;
-        // What applies when an entity is not tracked.
-        let default_ra = if amd64 {
-            RegRule::AtCfa(i32::from(h.fixed_ra_offset))
-        } else {
-            RegRule::SameValue
-        };
-        if w.is_empty() {
-            // Version 3: no data words marks the outermost frame.
-            return if h.version == 3 {
-                Ok((CfaRule::SpPlus(0), RegRule::Undefined, RegRule::Undefined))
+    /// Interprets the data words: the header's fixed offsets and the FDE's
+    /// type say how.
+    pub(crate) fn rules(
+        &self,
+        h: &Header,
+        fde: &Fde,
+    ) -> Result<(CfaRule, RegRule, RegRule), RuleError> {
+        if self.count == 0 {
+            // No data words: the outermost frame, RA undefined. The CFA is
+            // meaningless; the walk stops here.
+            let cfa = if self.sp_base {
+                CfaRule::SpPlus(0)
             } else {
-                Err(RuleError::NoWords)
+                CfaRule::FpPlus(0)
             };
+            return Ok((cfa, RegRule::Undefined, RegRule::Undefined));
         }
-        if fde.is_flex() {
-            return flex_rules(w, amd64, default_ra);
-        }
-        let cfa = if self.sp_base {
-            CfaRule::SpPlus(w[0])
-        } else {
-            CfaRule::FpPlus(w[0])
+        // What applies to an RA or FP the row does not track.
+        let fixed = |off: i8| match off {
+            0 => RegRule::SameValue,
+            o => RegRule::AtCfa(i32::from(o)),
         };
-        let at = |i: usize| w.get(i).map_or(RegRule::SameValue, |&o| RegRule::AtCfa(o));
-        Ok(if amd64 {
-            (cfa, default_ra, at(1))
+        let (default_ra, default_fp) = (fixed(h.fixed_ra_offset), fixed(h.fixed_fp_offset));
+        if fde.is_flex() {
+            return self.flex_rules(h.abi, default_ra, default_fp);
+        }
+        let w = |i| self.word(i);
+        let cfa = match (self.sp_base, w(0)) {
+            (true, Some(o)) => CfaRule::SpPlus(o),
+            (false, Some(o)) => CfaRule::FpPlus(o),
+            (_, None) => return Err(RuleError),
+        };
+        // With a fixed RA offset (AMD64) the FP offset is the second word;
+        // else (AArch64) the RA offset is, and the FP offset the third. An RA
+        // offset of 0 is padding: the RA was not saved.
+        let (ra, fp_index) = if h.fixed_ra_offset != 0 {
+            (default_ra, 1)
         } else {
-            (cfa, at(1), at(2))
-        })
+            match w(1) {
+                None | Some(0) => (RegRule::SameValue, 2),
+                Some(o) => (RegRule::AtCfa(o), 2),
+            }
+        };
+        if self.count() > fp_index + 1 {
+            return Err(RuleError);
+        }
+        let fp = w(fp_index).map_or(default_fp, RegRule::AtCfa);
+        Ok((cfa, ra, fp))
     }
 
-    /// The row for this FRE.
-    pub fn row(&self, h: &Header, fde: &Fde, row_start: u64) -> Result<Row, RuleError> {
+    /// FLEX: `[cfa_ctrl, cfa_off, ra_ctrl, ra_off, fp_ctrl, fp_off]`, where
+    /// the RA and FP pairs may be absent or a single zero padding word (the
+    /// default rule applies), and each control word holds bit 0 "register",
+    /// bit 1 "dereference" and the DWARF register number from bit 3.
+    fn flex_rules(
+        &self,
+        abi: Abi,
+        default_ra: RegRule,
+        default_fp: RegRule,
+    ) -> Result<(CfaRule, RegRule, RegRule), RuleError> {
+        let (sp, fp) = match abi {
+            Abi::Aarch64LittleEndian | Abi::Aarch64BigEndian => (31, 29),
+            _ => (7, 6),
+        };
+        let (ctrl, off) = (
+            self.uword(0).ok_or(RuleError)?,
+            self.word(1).ok_or(RuleError)?,
+        );
+        let (reg_p, deref, reg) = control(ctrl)?;
+        let cfa = match (reg_p, deref) {
+            // A CFA relative to itself means nothing.
+            (false, _) => return Err(RuleError),
+            (true, false) if reg == sp => CfaRule::SpPlus(off),
+            (true, false) if reg == fp => CfaRule::FpPlus(off),
+            (true, false) => CfaRule::RegPlus { reg, offset: off },
+            (true, true) => CfaRule::AtRegPlus { reg, offset: off },
+        };
+        let mut i = 2;
+        let mut next = |default: RegRule| -> Result<RegRule, RuleError> {
+            let ctrl = match self.uword(i) {
+                None => return Ok(default),
+                Some(0) => {
+                    i += 1;
+                    return Ok(default);
+                }
+                Some(c) => c,
+            };
+            let off = self.word(i + 1).ok_or(RuleError)?;
+            i += 2;
+            Ok(match control(ctrl)? {
+                (true, false, reg) => RegRule::RegPlus { reg, offset: off },
+                (true, true, reg) => RegRule::AtRegPlus { reg, offset: off },
+                (false, true, _) => RegRule::AtCfa(off),
+                // "CFA + offset" as a value: no saved RA or FP is that.
+                (false, false, _) => return Err(RuleError),
+            })
+        };
+        let ra = next(default_ra)?;
+        let fp_rule = next(default_fp)?;
+        if i < self.count() {
+            return Err(RuleError);
+        }
+        Ok((cfa, ra, fp_rule))
+    }
+
+    /// The row for this FRE of `fde`, applying from `row_start`.
+    pub(crate) fn row(&self, h: &Header, fde: &Fde, row_start: u64) -> Result<Row, RuleError> {
         let (cfa, ra, fp) = self.rules(h, fde)?;
         Ok(Row {
             func_start: fde.start,
@@ -120,62 +229,8 @@ impl Fre {
     }
 }
 
-/// Why an FRE's data words do not make rules.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RuleError {
-    /// A version 1 or 2 FRE without data words.
-    NoWords,
-    /// A FLEX CFA rule that is not register-based, or a truncated pair.
-    BadFlex,
-}
-
-/// FLEX control word bits: register-based, dereference, DWARF register.
-fn control(ctrl: i32) -> (bool, bool, u16) {
-    let c = ctrl as u32;
-    (c & 1 != 0, c & 2 != 0, (c >> 3) as u16)
-}
-
-fn flex_rules(
-    w: &[i32],
-    amd64: bool,
-    default_ra: RegRule,
-) -> Result<(CfaRule, RegRule, RegRule), RuleError> {
-    let (sp, fp) = if amd64 { (7, 6) } else { (31, 29) };
-    let (&ctrl, &off) = (
-        w.first().ok_or(RuleError::BadFlex)?,
-        w.get(1).ok_or(RuleError::BadFlex)?,
-    );
-    let (reg_p, deref, reg) = control(ctrl);
-    let cfa = match (reg_p, deref) {
-        (false, _) => return Err(RuleError::BadFlex),
-        (true, false) if reg == sp => CfaRule::SpPlus(off),
-        (true, false) if reg == fp => CfaRule::FpPlus(off),
-        (true, false) => CfaRule::RegPlus { reg, offset: off },
-        (true, true) => CfaRule::AtRegPlus { reg, offset: off },
-    };
-    // Each of RA and FP: a control/offset pair, a single zero padding word
-    // (the default applies), or nothing at all (likewise).
-    let mut i = 2;
-    let mut next = |default: RegRule| -> Result<RegRule, RuleError> {
-        match w.get(i) {
-            None => Ok(default),
-            Some(0) => {
-                i += 1;
-                Ok(default)
-            }
-            Some(&ctrl) => {
-                let off = *w.get(i + 1).ok_or(RuleError::BadFlex)?;
-                i += 2;
-                let (reg_p, deref, reg) = control(ctrl);
-                Ok(match (reg_p, deref) {
-                    (false, _) => RegRule::AtCfa(off),
-                    (true, false) => RegRule::RegPlus { reg, offset: off },
-                    (true, true) => RegRule::AtRegPlus { reg, offset: off },
-                })
-            }
-        }
-    };
-    let ra = next(default_ra)?;
-    let fp = next(RegRule::SameValue)?;
-    Ok((cfa, ra, fp))
+/// Splits a FLEX control word: (register-based, dereference, register).
+fn control(ctrl: u32) -> Result<(bool, bool, u16), RuleError> {
+    let reg = u16::try_from(ctrl >> 3).map_err(|_| RuleError)?;
+    Ok((ctrl & 1 != 0, ctrl & 2 != 0, reg))
 }

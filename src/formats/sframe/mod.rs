@@ -1,32 +1,45 @@
 //! SFrame (`.sframe`) reader, versions 1 to 3.
 //!
-//! [`SFrame::parse`] validates a section once — every header, FDE and FRE of
-//! every piece — and [`SFrame::find_row`] then looks up a pc with a binary
-//! search and no further checks that could fail, reading only inside the
-//! section.
+//! [`SFrame::parse`] validates a section once: every header, FDE and FRE of
+//! every piece. [`SFrame::find_row`] then looks a pc up with a binary search
+//! over the FDEs and a scan of one function's FREs, without allocating and
+//! without reading outside the section; no input makes either panic.
 //!
-//! A section may be several complete sections laid end to end (rust-lld and
-//! mold concatenate per-object `.sframe` without merging them). Each piece is
-//! read on its own; such a concatenation is only accepted when every piece
-//! has `SFRAME_F_FDE_FUNC_START_PCREL`, since otherwise the start addresses
-//! are relative to a section start the linker never fixed up.
+//! A section may be several complete sections laid end to end: rust-lld and
+//! mold concatenate the per-object `.sframe` sections without merging them.
+//! Each piece is read on its own. A concatenation is accepted only when every
+//! piece has `SFRAME_F_FDE_FUNC_START_PCREL`: without it, start addresses
+//! count from a section start the linker never fixed up.
 //!
 //! ```
-//! use stackmark::formats::sframe::{CfaRule, RegRule, SFrame};
-//! // Version 3, AMD64, one function at 0x401000 (25 bytes) with four rows,
-//! // as GNU as 2.46 writes it.
+//! use stackmark::formats::sframe::{Abi, CfaRule, RegRule, SFrame};
+//! // cfi-sframe-aarch64-pac-ab-key-1: GNU as/ld 2.46, two functions whose
+//! // return addresses are signed, the second one with key B.
 //! let data = [
-//!     0xe2, 0xde, 3, 5, 3, 0, 0xf8, 0, 1, 0, 0, 0, 4, 0, 0, 0, 20, 0, 0, 0, 0, 0, 0, 0, 16, 0,
-//!     0, 0, 0xe4, 0xef, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 25, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0,
-//!     0, 0, 3, 8, 1, 5, 16, 0xf0, 4, 4, 16, 0xf0, 24, 5, 8, 0xf0,
+//!     0xe2, 0xde, 3, 5, 2, 0, 0, 0, 2, 0, 0, 0, 6, 0, 0, 0, 32, 0, 0, 0, 0, 0, 0, 0, 32, 0,
+//!     0, 0, 0x5c, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 12, 0, 0, 0, 0, 0, 0, 0, 0x58, 0xff,
+//!     0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 20, 0, 0, 0, 16, 0, 0, 0, 3, 0, 0, 0, 0, 0, 3, 0, 4,
+//!     0x83, 0, 8, 0x87, 16, 0xf8, 0xf0, 3, 0, 0x20, 0, 0, 0, 3, 0, 4, 0x83, 0, 8, 0x87, 16,
+//!     0xf8, 0xf0,
 //! ];
-//! let sframe = SFrame::parse(&data, 0x402000).unwrap();
-//! let row = sframe.find_row(0x401005).unwrap();
-//! assert_eq!(row.func_start, 0x401000);
-//! assert_eq!(row.cfa, CfaRule::FpPlus(16));
-//! assert_eq!(row.ra, RegRule::AtCfa(-8));
-//! assert_eq!(row.fp, RegRule::AtCfa(-16));
-//! assert!(sframe.find_row(0x401019).is_none()); // past the function
+//! let sframe = SFrame::parse(&data, 0x400138).unwrap();
+//! assert_eq!((sframe.abi(), sframe.version()), (Abi::Aarch64LittleEndian, 3));
+//! assert_eq!(sframe.pc_range(), Some((0x4000b0, 0x4000d0)));
+//!
+//! // After `paciasp; stp x29, x30, [sp, #-16]!`: CFA = SP + 16, RA and FP saved.
+//! let row = sframe.find_row(0x4000c8).unwrap();
+//! assert_eq!((row.func_start, row.func_size, row.row_start), (0x4000bc, 20, 0x4000c4));
+//! assert_eq!(row.cfa, CfaRule::SpPlus(16));
+//! assert_eq!((row.ra, row.fp), (RegRule::AtCfa(-8), RegRule::AtCfa(-16)));
+//! assert!(row.mangled_ra);
+//!
+//! // First instruction: nothing saved yet, the RA is still in x30.
+//! let row = sframe.find_row(0x4000b0).unwrap();
+//! assert_eq!((row.cfa, row.ra, row.fp), (CfaRule::SpPlus(0), RegRule::SameValue, RegRule::SameValue));
+//!
+//! // No function covers these.
+//! assert_eq!(sframe.find_row(0x4000d0), None);
+//! assert_eq!(sframe.find_row(0x400000), None);
 //! ```
 
 mod fde;
@@ -34,13 +47,24 @@ mod fre;
 mod header;
 mod row;
 
-pub use fde::Fde;
-pub use fre::{Fre, RuleError};
-pub use header::{Header, F_FDE_FUNC_START_PCREL, F_FDE_SORTED, F_FRAME_POINTER};
+pub use fde::{Fde, FDE_TYPE_DEFAULT, FDE_TYPE_FLEX};
+pub use fre::{Fre, MAX_WORDS};
+pub use header::{Header, F_FDE_FUNC_START_PCREL, F_FDE_SORTED, F_FRAME_POINTER, MAGIC};
 pub use row::{Abi, CfaRule, RegRule, Row};
 
-/// What is wrong with a section. Offsets are from the start of the data
+/// What is wrong with a section. Offsets count from the start of the data
 /// given to [`SFrame::parse`].
+///
+/// ```
+/// use stackmark::formats::sframe::{Error, SFrame};
+/// assert_eq!(
+///     SFrame::parse(&[0xe2, 0xde, 9], 0).unwrap_err(),
+///     Error::UnsupportedVersion { version: 9, offset: 0 }
+/// );
+/// let e = SFrame::parse(&[0xe2, 0xde, 2, 0], 0).unwrap_err();
+/// assert_eq!(e, Error::Truncated { what: "header", offset: 0 });
+/// assert_eq!(e.to_string(), "SFrame header at 0x0 is truncated");
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Error {
     /// The data ends inside a structure.
@@ -50,7 +74,7 @@ pub enum Error {
         /// Where it starts.
         offset: usize,
     },
-    /// No SFrame magic (`0xdee2`) where a header should start.
+    /// No SFrame magic (`0xdee2`, little-endian) where a header should start.
     BadMagic {
         /// Where the header should be.
         offset: usize,
@@ -62,75 +86,97 @@ pub enum Error {
         /// Where the header is.
         offset: usize,
     },
-    /// An ABI this reader does not handle (big-endian or unknown).
+    /// An ABI this reader does not handle: big-endian or unknown.
     UnsupportedAbi {
         /// The `sfh_abi_arch` value.
         abi: u8,
         /// Where the header is.
         offset: usize,
     },
-    /// Flag bits this version does not define.
+    /// Flag bits the section's version does not define.
     UnknownFlags {
         /// The flags byte.
         flags: u8,
         /// Where the header is.
         offset: usize,
     },
-    /// A sub-section or an FDE's rows lie outside the section.
+    /// A sub-section, or an FDE's rows, lie outside the section or piece.
     OutOfBounds {
         /// What lies outside.
         what: &'static str,
         /// The header or FDE that points there.
         offset: usize,
     },
-    /// The header says FDEs are sorted, but FDE `index` starts before its
-    /// predecessor.
+    /// An FDE's function starts or ends outside the 64-bit address space.
+    AddressOverflow {
+        /// Where the FDE is.
+        offset: usize,
+    },
+    /// The header says the FDEs are sorted, but FDE `index` starts before
+    /// its predecessor.
     FdesNotSorted {
-        /// The header of the piece.
+        /// Where the piece's header is.
         piece: usize,
         /// The FDE out of order.
         index: u32,
     },
     /// An FDE names an FRE start-address type other than 1, 2 or 4 bytes.
     BadFreType {
-        /// The FDE.
-        fde: u32,
-        /// The `fretype` value.
+        /// Where the FDE is.
+        offset: usize,
+        /// The FRE type field.
         fre_type: u8,
     },
-    /// An FRE's data-word size field is 3 (undefined).
+    /// A version 3 FDE has a type other than default (0) or FLEX (1).
+    BadFdeType {
+        /// Where the FDE is.
+        offset: usize,
+        /// The FDE type field.
+        fde_type: u8,
+    },
+    /// A PCMASK FDE with a repetition size of 0.
+    ZeroRepSize {
+        /// Where the FDE is.
+        offset: usize,
+    },
+    /// An FRE's data-word size field is 3, which is undefined.
     BadWordSize {
         /// Where the FRE is.
         offset: usize,
     },
-    /// An FRE starts before the previous one or outside its function.
+    /// An FRE starts before the previous one, or past its function (past
+    /// the repeating block of a PCMASK FDE).
     FreOutOfOrder {
         /// Where the FRE is.
         offset: usize,
     },
-    /// An FRE's data words do not make rules (none in version 1 or 2, or a
-    /// malformed FLEX pair).
+    /// An FRE's data words make no rule: too many for the ABI, a broken
+    /// FLEX pair, or a FLEX rule relative to the CFA that is not a load.
     BadFreData {
         /// Where the FRE is.
         offset: usize,
     },
-    /// A PCMASK FDE with a repetition size of 0.
-    ZeroRepSize {
-        /// The FDE.
-        fde: u32,
+    /// The header's FRE count differs from the sum over its FDEs.
+    FreCountMismatch {
+        /// Where the piece's header is.
+        piece: usize,
+        /// `sfh_num_fres`.
+        header: u32,
+        /// The sum of the FDEs' FRE counts.
+        fdes: u64,
     },
     /// Pieces of a concatenation describe different ABIs.
     MixedAbi {
-        /// The header of the odd piece.
+        /// Where the odd piece's header is.
         piece: usize,
     },
-    /// Several pieces, and this one lacks `SFRAME_F_FDE_FUNC_START_PCREL`:
-    /// its start addresses cannot be trusted.
+    /// A piece of a concatenation lacks `SFRAME_F_FDE_FUNC_START_PCREL`: its
+    /// start addresses cannot be trusted.
     ConcatenatedWithoutPcrel {
-        /// The header of the piece.
+        /// Where the piece's header is.
         piece: usize,
     },
-    /// Bytes after the last piece that are neither zero padding nor a header.
+    /// Bytes after a piece that are neither zero padding nor another header.
     TrailingGarbage {
         /// Where they start.
         offset: usize,
@@ -140,47 +186,67 @@ pub enum Error {
 impl core::fmt::Display for Error {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match *self {
-            Error::Truncated { what, offset } => write!(f, "{what} at {offset:#x} is truncated"),
+            Error::Truncated { what, offset } => {
+                write!(f, "SFrame {what} at {offset:#x} is truncated")
+            }
             Error::BadMagic { offset } => write!(f, "no SFrame magic at {offset:#x}"),
             Error::UnsupportedVersion { version, offset } => {
                 write!(f, "unsupported SFrame version {version} at {offset:#x}")
             }
             Error::UnsupportedAbi { abi, offset } => {
-                write!(f, "unsupported ABI {abi} at {offset:#x}")
+                write!(f, "unsupported SFrame ABI {abi} in the header at {offset:#x}")
             }
             Error::UnknownFlags { flags, offset } => {
-                write!(f, "unknown flags {flags:#x} in the header at {offset:#x}")
+                write!(f, "unknown flags {flags:#x} in the SFrame header at {offset:#x}")
             }
-            Error::OutOfBounds { what, offset } => {
-                write!(
-                    f,
-                    "{what} of the structure at {offset:#x} lies outside the section"
-                )
+            Error::OutOfBounds { what, offset } => write!(
+                f,
+                "{what} named by the SFrame structure at {offset:#x} lie outside the section"
+            ),
+            Error::AddressOverflow { offset } => write!(
+                f,
+                "the function of the FDE at {offset:#x} lies outside the address space"
+            ),
+            Error::FdesNotSorted { piece, index } => write!(
+                f,
+                "FDE {index} of the piece at {piece:#x} is out of order, but the header says sorted"
+            ),
+            Error::BadFreType { offset, fre_type } => {
+                write!(f, "the FDE at {offset:#x} has FRE type {fre_type}")
             }
-            Error::FdesNotSorted { piece, index } => {
-                write!(f, "FDE {index} of the piece at {piece:#x} is out of order but the section says sorted")
+            Error::BadFdeType { offset, fde_type } => {
+                write!(f, "the FDE at {offset:#x} has FDE type {fde_type}")
             }
-            Error::BadFreType { fde, fre_type } => write!(f, "FDE {fde} has FRE type {fre_type}"),
+            Error::ZeroRepSize { offset } => {
+                write!(f, "the PCMASK FDE at {offset:#x} has a repetition size of 0")
+            }
             Error::BadWordSize { offset } => {
-                write!(f, "FRE at {offset:#x} has an undefined data-word size")
+                write!(f, "the FRE at {offset:#x} has an undefined data-word size")
             }
-            Error::FreOutOfOrder { offset } => {
-                write!(
-                    f,
-                    "FRE at {offset:#x} starts before its predecessor or outside its function"
-                )
-            }
+            Error::FreOutOfOrder { offset } => write!(
+                f,
+                "the FRE at {offset:#x} starts before its predecessor or past its function"
+            ),
             Error::BadFreData { offset } => {
-                write!(f, "FRE at {offset:#x} has data words that make no rule")
+                write!(f, "the FRE at {offset:#x} has data words that make no rule")
             }
-            Error::ZeroRepSize { fde } => write!(f, "PCMASK FDE {fde} has a repetition size of 0"),
-            Error::MixedAbi { piece } => write!(f, "the piece at {piece:#x} has a different ABI"),
+            Error::FreCountMismatch {
+                piece,
+                header,
+                fdes,
+            } => write!(
+                f,
+                "the header at {piece:#x} counts {header} FREs, its FDEs {fdes}"
+            ),
+            Error::MixedAbi { piece } => {
+                write!(f, "the SFrame piece at {piece:#x} has a different ABI")
+            }
             Error::ConcatenatedWithoutPcrel { piece } => write!(
                 f,
-                "the piece at {piece:#x} of a concatenation lacks SFRAME_F_FDE_FUNC_START_PCREL"
+                "the SFrame piece at {piece:#x} of a concatenation lacks SFRAME_F_FDE_FUNC_START_PCREL"
             ),
             Error::TrailingGarbage { offset } => {
-                write!(f, "unexpected bytes at {offset:#x} after the last piece")
+                write!(f, "unexpected bytes at {offset:#x} after an SFrame piece")
             }
         }
     }
@@ -189,146 +255,372 @@ impl core::fmt::Display for Error {
 impl std::error::Error for Error {}
 
 /// A validated SFrame section (one or more pieces), ready for lookups.
+///
+/// It is `Copy` and holds no allocation: the section data, its runtime
+/// address and what validation learnt. See the [module](self) example.
 #[derive(Clone, Copy, Debug)]
 pub struct SFrame<'a> {
     data: &'a [u8],
     base: u64,
     first: Header,
     pieces: u32,
+    /// Bit `k` (`k < 63`): piece `k`'s FDEs are not in address order, so its
+    /// lookups scan; bit 63 stands for every piece from 63 on.
+    unsorted: u64,
+    range: Option<(u64, u64)>,
 }
 
-/// The offset where the piece after the one ending at `end` starts: the next
-/// 8-byte boundary, or `None` when only zero padding remains.
-fn next_piece(data: &[u8], end: usize) -> Result<Option<usize>, Error> {
-    let next = end.div_ceil(8) * 8;
-    let padding = data.get(end..next.min(data.len())).unwrap_or(&[]);
-    if padding.iter().any(|&b| b != 0) {
-        return Err(Error::TrailingGarbage { offset: end });
+/// Where the piece after one ending at `end` starts (after zero padding), or
+/// `None` when only zero bytes remain.
+fn next_piece(data: &[u8], end: usize) -> Option<usize> {
+    let rest = data.get(end..)?;
+    let pad = rest.iter().position(|&b| b != 0)?;
+    Some(end + pad)
+}
+
+fn unsorted_bit(k: u32) -> u64 {
+    1 << k.min(63)
+}
+
+/// What validating one piece found out.
+struct Summary {
+    in_order: bool,
+    range: Option<(u64, u64)>,
+}
+
+fn merge(a: Option<(u64, u64)>, b: Option<(u64, u64)>) -> Option<(u64, u64)> {
+    match (a, b) {
+        (Some((l1, h1)), Some((l2, h2))) => Some((l1.min(l2), h1.max(h2))),
+        (a, None) => a,
+        (None, b) => b,
     }
-    let rest = data.get(next..).unwrap_or(&[]);
-    if rest.iter().all(|&b| b == 0) {
-        return Ok(None);
+}
+
+/// Checks every FDE and FRE of the piece `h`.
+fn validate_piece(data: &[u8], h: &Header, base: u64) -> Result<Summary, Error> {
+    let mut prev_start = None;
+    let mut in_order = true;
+    let mut range = None;
+    let mut total_fres = 0u64;
+    for i in 0..h.num_fdes {
+        let fde = Fde::read(data, h, i, base)?;
+        if prev_start.is_some_and(|p| fde.start < p) {
+            if h.sorted() {
+                return Err(Error::FdesNotSorted {
+                    piece: h.at,
+                    index: i,
+                });
+            }
+            in_order = false;
+        }
+        prev_start = Some(fde.start);
+        // `Fde::read` checked that the end does not overflow.
+        range = merge(range, Some((fde.start, fde.start + u64::from(fde.size))));
+        total_fres += u64::from(fde.num_fres);
+        let limit = if fde.pc_mask {
+            u32::from(fde.rep_size)
+        } else {
+            fde.size
+        };
+        let mut at = fde.fres;
+        let mut last = 0;
+        for _ in 0..fde.num_fres {
+            let (fre, next) = Fre::read(data, at, fde.addr_size)?;
+            if next > h.end {
+                return Err(Error::OutOfBounds {
+                    what: "FRE",
+                    offset: at,
+                });
+            }
+            if fre.start < last || fre.start > limit {
+                return Err(Error::FreOutOfOrder { offset: at });
+            }
+            last = fre.start;
+            fre.rules(h, &fde)
+                .map_err(|_| Error::BadFreData { offset: at })?;
+            at = next;
+        }
     }
-    if rest.len() >= 2 && u16::from_le_bytes([rest[0], rest[1]]) == header::MAGIC {
-        Ok(Some(next))
-    } else {
-        Err(Error::TrailingGarbage { offset: next })
+    if total_fres != u64::from(h.num_fres) {
+        return Err(Error::FreCountMismatch {
+            piece: h.at,
+            header: h.num_fres,
+            fdes: total_fres,
+        });
     }
+    Ok(Summary { in_order, range })
 }
 
 impl<'a> SFrame<'a> {
-    /// Validates the whole section: every piece's header, every FDE and
-    /// every FRE. `section_addr` is the runtime address of `data[0]`.
+    /// Validates the whole section: every piece of a concatenation, every
+    /// FDE and every FRE. `section_addr` is the runtime address of
+    /// `data[0]`. Does not allocate.
+    ///
+    /// ```
+    /// use stackmark::formats::sframe::{Error, SFrame};
+    /// // cfi-sframe-x86_64-3 (GNU as/ld 2.46).
+    /// let mut data = [
+    ///     0xe2, 0xde, 3, 5, 3, 0, 0xf8, 0, 1, 0, 0, 0, 1, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 16,
+    ///     0, 0, 0, 0xe4, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0,
+    ///     0, 0, 0, 0, 2, 8,
+    /// ];
+    /// assert!(SFrame::parse(&data, 0x401000).is_ok());
+    /// // Cut off inside the last FRE.
+    /// assert_eq!(
+    ///     SFrame::parse(&data[..51], 0x401000).unwrap_err(),
+    ///     Error::OutOfBounds { what: "FRE sub-section", offset: 0 }
+    /// );
+    /// // The FRE's data-word size field set to the undefined value 3.
+    /// data[50] |= 0x60;
+    /// assert_eq!(SFrame::parse(&data, 0x401000).unwrap_err(), Error::BadWordSize { offset: 49 });
+    /// ```
     pub fn parse(data: &'a [u8], section_addr: u64) -> Result<SFrame<'a>, Error> {
         let first = Header::parse(data, 0)?;
-        let mut at = Some(0);
+        let mut h = first;
         let mut pieces = 0u32;
-        while let Some(off) = at {
-            let h = if off == 0 {
-                first
-            } else {
-                Header::parse(data, off)?
-            };
+        let mut unsorted = 0u64;
+        let mut range = None;
+        let mut without_pcrel = None;
+        loop {
             if h.abi != first.abi {
-                return Err(Error::MixedAbi { piece: off });
+                return Err(Error::MixedAbi { piece: h.at });
             }
-            validate_piece(data, &h, section_addr)?;
+            let summary = validate_piece(data, &h, section_addr)?;
+            if !summary.in_order {
+                unsorted |= unsorted_bit(pieces);
+            }
+            range = merge(range, summary.range);
+            if !h.pcrel() && without_pcrel.is_none() {
+                without_pcrel = Some(h.at);
+            }
             pieces += 1;
-            at = next_piece(data, h.end)?;
-            if pieces > 1 || at.is_some() {
-                if !h.pcrel() {
-                    return Err(Error::ConcatenatedWithoutPcrel { piece: off });
-                }
-                if !first.pcrel() {
-                    return Err(Error::ConcatenatedWithoutPcrel { piece: 0 });
+            match next_piece(data, h.end) {
+                None => break,
+                Some(at) => {
+                    h = Header::parse(data, at).map_err(|e| match e {
+                        Error::BadMagic { offset } | Error::Truncated { offset, .. } => {
+                            Error::TrailingGarbage { offset }
+                        }
+                        e => e,
+                    })?
                 }
             }
+        }
+        if let (true, Some(piece)) = (pieces > 1, without_pcrel) {
+            return Err(Error::ConcatenatedWithoutPcrel { piece });
         }
         Ok(SFrame {
             data,
             base: section_addr,
             first,
             pieces,
+            unsorted,
+            range,
         })
     }
 
     /// The ABI the section describes.
+    ///
+    /// ```
+    /// use stackmark::formats::sframe::{Abi, SFrame};
+    /// # let data = [0xe2, 0xde, 3, 5, 3, 0, 0xf8, 0, 1, 0, 0, 0, 1, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0, 0xe4, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 2, 8];
+    /// // `data`: cfi-sframe-x86_64-3 (GNU as/ld 2.46).
+    /// assert_eq!(SFrame::parse(&data, 0x401000).unwrap().abi(), Abi::Amd64LittleEndian);
+    /// ```
     pub fn abi(&self) -> Abi {
         self.first.abi
     }
 
-    /// The version of the first piece.
+    /// The version of the first piece: 1, 2 or 3.
+    ///
+    /// ```
+    /// use stackmark::formats::sframe::SFrame;
+    /// # let data = [0xe2, 0xde, 3, 5, 3, 0, 0xf8, 0, 1, 0, 0, 0, 1, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0, 0xe4, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 2, 8];
+    /// // `data`: cfi-sframe-x86_64-3 (GNU as/ld 2.46).
+    /// assert_eq!(SFrame::parse(&data, 0x401000).unwrap().version(), 3);
+    /// ```
     pub fn version(&self) -> u8 {
         self.first.version
     }
 
     /// The header of the first piece.
+    ///
+    /// ```
+    /// use stackmark::formats::sframe::SFrame;
+    /// # let data = [0xe2, 0xde, 3, 5, 3, 0, 0xf8, 0, 1, 0, 0, 0, 1, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0, 0xe4, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 2, 8];
+    /// // `data`: cfi-sframe-x86_64-3 (GNU as/ld 2.46).
+    /// assert_eq!(SFrame::parse(&data, 0x401000).unwrap().header().fixed_ra_offset, -8);
+    /// ```
     pub fn header(&self) -> &Header {
         &self.first
     }
 
-    /// How many concatenated pieces the section holds.
+    /// How many concatenated pieces the section holds (1 for an ordinary
+    /// section).
+    ///
+    /// ```
+    /// use stackmark::formats::sframe::SFrame;
+    /// # let piece = [0xe2, 0xde, 3, 5, 3, 0, 0xf8, 0, 1, 0, 0, 0, 1, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0, 0xe4, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 2, 8];
+    /// // `piece`: cfi-sframe-x86_64-3 (52 bytes); twice, as a linker
+    /// // concatenates them, with zero padding to an 8-byte boundary.
+    /// let mut data = piece.to_vec();
+    /// data.extend([0; 4]);
+    /// data.extend(piece);
+    /// let sframe = SFrame::parse(&data, 0x401000).unwrap();
+    /// assert_eq!(sframe.piece_count(), 2);
+    /// ```
     pub fn piece_count(&self) -> u32 {
         self.pieces
     }
 
-    /// Each piece as its own section (one item for an ordinary section).
-    pub fn pieces(&self) -> impl Iterator<Item = SFrame<'a>> + 'a {
-        let (data, base) = (self.data, self.base);
-        let mut at = Some(0usize);
-        core::iter::from_fn(move || {
-            let h = Header::parse(data, at?).ok()?;
-            at = next_piece(data, h.end).ok().flatten();
-            Some(SFrame {
-                data: data.get(..h.end)?,
-                base,
-                first: h,
-                pieces: 1,
-            })
-        })
-    }
-
+    /// Headers of the pieces, in order.
     fn headers(&self) -> impl Iterator<Item = Header> + 'a {
-        let data = self.data;
-        let first = self.first;
-        let mut at = Some(0usize);
-        core::iter::from_fn(move || {
-            let off = at?;
-            let h = if off == 0 {
-                first
+        let (data, first, count) = (self.data, self.first, self.pieces);
+        let mut next = Some(first);
+        (0..count).map_while(move |k| {
+            let h = next?;
+            next = if k + 1 < count {
+                next_piece(data, h.end).and_then(|at| Header::parse(data, at).ok())
             } else {
-                Header::parse(data, off).ok()?
+                None
             };
-            at = next_piece(data, h.end).ok().flatten();
             Some(h)
         })
     }
 
-    /// `[lowest function start, highest function end)` over all pieces;
-    /// `None` without FDEs.
+    /// Each piece of a concatenation as its own `SFrame` (one item for an
+    /// ordinary section). Start addresses stay those of the whole section.
+    ///
+    /// ```
+    /// use stackmark::formats::sframe::SFrame;
+    /// # let piece = [0xe2, 0xde, 3, 5, 3, 0, 0xf8, 0, 1, 0, 0, 0, 1, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0, 0xe4, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 2, 8];
+    /// // `piece`: cfi-sframe-x86_64-3, a 0-byte function at 0x401000 with
+    /// // PCREL start addresses; a copy 56 bytes on describes one 56 bytes on.
+    /// let mut data = piece.to_vec();
+    /// data.extend([0; 4]);
+    /// data.extend(piece);
+    /// let sframe = SFrame::parse(&data, 0x401000).unwrap();
+    /// let starts: Vec<_> = sframe.pieces().map(|p| p.pc_range()).collect();
+    /// assert_eq!(starts, [Some((0x401000, 0x401000)), Some((0x401038, 0x401038))]);
+    /// ```
+    pub fn pieces(&self) -> impl Iterator<Item = SFrame<'a>> + 'a {
+        let (data, base) = (self.data, self.base);
+        self.headers().filter_map(move |h| {
+            let summary = validate_piece(data, &h, base).ok()?;
+            Some(SFrame {
+                data,
+                base,
+                first: h,
+                pieces: 1,
+                unsorted: if summary.in_order { 0 } else { 1 },
+                range: summary.range,
+            })
+        })
+    }
+
+    /// `[lowest function start, highest function end)` over the section (or
+    /// piece); `None` without FDEs. Computed at parse time.
+    ///
+    /// ```
+    /// use stackmark::formats::sframe::SFrame;
+    /// # let data = [0xe2, 0xde, 3, 5, 2, 0, 0, 0, 2, 0, 0, 0, 6, 0, 0, 0, 32, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0, 0, 0x5c, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 12, 0, 0, 0, 0, 0, 0, 0, 0x58, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 20, 0, 0, 0, 16, 0, 0, 0, 3, 0, 0, 0, 0, 0, 3, 0, 4, 0x83, 0, 8, 0x87, 16, 0xf8, 0xf0, 3, 0, 0x20, 0, 0, 0, 3, 0, 4, 0x83, 0, 8, 0x87, 16, 0xf8, 0xf0];
+    /// // `data`: cfi-sframe-aarch64-pac-ab-key-1 (GNU as/ld 2.46): functions
+    /// // at 0x4000b0 (12 bytes) and 0x4000bc (20 bytes).
+    /// let sframe = SFrame::parse(&data, 0x400138).unwrap();
+    /// assert_eq!(sframe.pc_range(), Some((0x4000b0, 0x4000d0)));
+    /// ```
     pub fn pc_range(&self) -> Option<(u64, u64)> {
-        let mut range: Option<(u64, u64)> = None;
-        for h in self.headers() {
-            for i in 0..h.num_fdes {
-                let (s, n) = Fde::start_of(self.data, &h, i, self.base)?;
-                let e = s.wrapping_add(u64::from(n));
-                range = Some(range.map_or((s, e), |(lo, hi)| (lo.min(s), hi.max(e))));
-            }
-        }
-        range
+        self.range
     }
 
-    /// The row that applies at `pc` (the exact pc to look up), or `None` when
-    /// no function covers it.
-    pub fn find_row(&self, pc: u64) -> Option<Row> {
+    /// The function whose FDE covers `pc`, if any: a binary search per piece
+    /// (a scan for a piece whose FDEs are out of order).
+    ///
+    /// ```
+    /// use stackmark::formats::sframe::SFrame;
+    /// # let data = [0xe2, 0xde, 3, 5, 2, 0, 0, 0, 2, 0, 0, 0, 6, 0, 0, 0, 32, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0, 0, 0x5c, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 12, 0, 0, 0, 0, 0, 0, 0, 0x58, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 20, 0, 0, 0, 16, 0, 0, 0, 3, 0, 0, 0, 0, 0, 3, 0, 4, 0x83, 0, 8, 0x87, 16, 0xf8, 0xf0, 3, 0, 0x20, 0, 0, 0, 3, 0, 4, 0x83, 0, 8, 0x87, 16, 0xf8, 0xf0];
+    /// // `data`: cfi-sframe-aarch64-pac-ab-key-1 (GNU as/ld 2.46).
+    /// let sframe = SFrame::parse(&data, 0x400138).unwrap();
+    /// let f = sframe.find_function(0x4000c0).unwrap();
+    /// assert_eq!((f.fde.index, f.fde.start, f.fde.pauth_key_b), (1, 0x4000bc, true));
+    /// ```
+    pub fn find_function(&self, pc: u64) -> Option<Function<'a>> {
+        let (lo, hi) = self.range?;
+        if pc < lo || pc >= hi {
+            return None;
+        }
         if self.pieces == 1 {
-            return find_in_piece(self.data, &self.first, self.base, pc);
+            return self.find_in_piece(&self.first, self.unsorted & 1 == 0, pc);
         }
-        self.headers()
-            .find_map(|h| find_in_piece(self.data, &h, self.base, pc))
+        self.headers().enumerate().find_map(|(k, h)| {
+            let in_order = self.unsorted & unsorted_bit(k as u32) == 0;
+            self.find_in_piece(&h, in_order, pc)
+        })
     }
 
-    /// Every function with its rows, piece by piece, for dumps and tests.
+    /// The row that applies at `pc` (the exact address to look up: subtract
+    /// 1 from a return address first), or `None` when no function covers it
+    /// or its first row starts after `pc`. Does not allocate.
+    ///
+    /// ```
+    /// use stackmark::formats::sframe::{CfaRule, RegRule, SFrame};
+    /// # let data = [0xe2, 0xde, 3, 5, 3, 0, 0xf8, 0, 1, 0, 0, 0, 1, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0, 0xe4, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 2, 8];
+    /// # let amd64 = SFrame::parse(&data, 0x401000).unwrap();
+    /// # let data = [0xe2, 0xde, 3, 5, 2, 0, 0, 0, 2, 0, 0, 0, 6, 0, 0, 0, 32, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0, 0, 0x5c, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 12, 0, 0, 0, 0, 0, 0, 0, 0x58, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 20, 0, 0, 0, 16, 0, 0, 0, 3, 0, 0, 0, 0, 0, 3, 0, 4, 0x83, 0, 8, 0x87, 16, 0xf8, 0xf0, 3, 0, 0x20, 0, 0, 0, 3, 0, 4, 0x83, 0, 8, 0x87, 16, 0xf8, 0xf0];
+    /// # let aarch64 = SFrame::parse(&data, 0x400138).unwrap();
+    /// // `aarch64`: cfi-sframe-aarch64-pac-ab-key-1 (GNU as/ld 2.46).
+    /// let row = aarch64.find_row(0x4000b4).unwrap();
+    /// assert_eq!(row.cfa, CfaRule::SpPlus(0));
+    /// assert_eq!(row.ra, RegRule::SameValue); // signed, still in x30
+    /// assert!(row.mangled_ra);
+    /// // `amd64`: cfi-sframe-x86_64-3, whose only function has size 0.
+    /// assert_eq!(amd64.find_row(0x401000), None);
+    /// ```
+    pub fn find_row(&self, pc: u64) -> Option<Row> {
+        self.find_function(pc)?.row_at(pc)
+    }
+
+    fn find_in_piece(&self, h: &Header, in_order: bool, pc: u64) -> Option<Function<'a>> {
+        let (data, base) = (self.data, self.base);
+        let start_of = |i: u32| Fde::start_of(data, h, i, base);
+        let covers = |(s, n): (u64, u32)| pc >= s && pc - s < u64::from(n);
+        let index = if in_order {
+            // The last FDE starting at or below pc.
+            let (mut lo, mut hi) = (0u32, h.num_fdes);
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                if start_of(mid)?.0 <= pc {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
+                }
+            }
+            let i = lo.checked_sub(1)?;
+            covers(start_of(i)?).then_some(i)?
+        } else {
+            (0..h.num_fdes).find(|&i| start_of(i).is_some_and(covers))?
+        };
+        Some(Function {
+            data,
+            header: *h,
+            fde: Fde::read(data, h, index, base).ok()?,
+        })
+    }
+
+    /// Every function with its rows, piece after piece, in table order: for
+    /// dumps and tests.
+    ///
+    /// ```
+    /// use stackmark::formats::sframe::SFrame;
+    /// # let data = [0xe2, 0xde, 3, 5, 2, 0, 0, 0, 2, 0, 0, 0, 6, 0, 0, 0, 32, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0, 0, 0x5c, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 12, 0, 0, 0, 0, 0, 0, 0, 0x58, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 20, 0, 0, 0, 16, 0, 0, 0, 3, 0, 0, 0, 0, 0, 3, 0, 4, 0x83, 0, 8, 0x87, 16, 0xf8, 0xf0, 3, 0, 0x20, 0, 0, 0, 3, 0, 4, 0x83, 0, 8, 0x87, 16, 0xf8, 0xf0];
+    /// // `data`: cfi-sframe-aarch64-pac-ab-key-1 (GNU as/ld 2.46).
+    /// let sframe = SFrame::parse(&data, 0x400138).unwrap();
+    /// for f in sframe.functions() {
+    ///     let starts: Vec<u64> = f.rows().map(|r| r.row_start).collect();
+    ///     let s = f.fde.start;
+    ///     assert_eq!(starts, [s, s + 4, s + 8]);
+    /// }
+    /// ```
     pub fn functions(&self) -> impl Iterator<Item = Function<'a>> + 'a {
         let (data, base) = (self.data, self.base);
         self.headers().flat_map(move |h| {
@@ -343,7 +635,18 @@ impl<'a> SFrame<'a> {
     }
 }
 
-/// One function of a section: its descriptor and its rows.
+/// One function of a validated section: its descriptor and its rows.
+///
+/// ```
+/// use stackmark::formats::sframe::{RegRule, SFrame};
+/// # let data = [0xe2, 0xde, 3, 5, 2, 0, 0, 0, 2, 0, 0, 0, 6, 0, 0, 0, 32, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0, 0, 0x5c, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 12, 0, 0, 0, 0, 0, 0, 0, 0x58, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 20, 0, 0, 0, 16, 0, 0, 0, 3, 0, 0, 0, 0, 0, 3, 0, 4, 0x83, 0, 8, 0x87, 16, 0xf8, 0xf0, 3, 0, 0x20, 0, 0, 0, 3, 0, 4, 0x83, 0, 8, 0x87, 16, 0xf8, 0xf0];
+/// // `data`: cfi-sframe-aarch64-pac-ab-key-1 (GNU as/ld 2.46).
+/// let sframe = SFrame::parse(&data, 0x400138).unwrap();
+/// let f = sframe.functions().nth(1).unwrap();
+/// let fre = f.fres().last().unwrap();
+/// assert_eq!((fre.start, fre.mangled_ra), (8, true));
+/// assert_eq!(f.row(&fre).unwrap().ra, RegRule::AtCfa(-8));
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct Function<'a> {
     data: &'a [u8],
@@ -354,7 +657,7 @@ pub struct Function<'a> {
 }
 
 impl<'a> Function<'a> {
-    /// The function's FREs in order.
+    /// The function's FREs, in order.
     pub fn fres(&self) -> impl Iterator<Item = Fre> + 'a {
         let (data, fde) = (self.data, self.fde);
         let mut at = fde.fres;
@@ -365,94 +668,43 @@ impl<'a> Function<'a> {
         })
     }
 
-    /// The row an FRE describes, starting at `func_start + fre.start`.
+    /// The row an FRE describes. It starts at `func_start + fre.start` (in
+    /// the first repetition, for a PCMASK FDE).
     pub fn row(&self, fre: &Fre) -> Option<Row> {
         let start = self.fde.start.wrapping_add(u64::from(fre.start));
         fre.row(&self.header, &self.fde, start).ok()
     }
-}
 
-fn validate_piece(data: &[u8], h: &Header, base: u64) -> Result<(), Error> {
-    let mut prev_start = None;
-    for i in 0..h.num_fdes {
-        let fde = Fde::read(data, h, i, base)?;
-        if h.sorted() && prev_start.is_some_and(|p| fde.start < p) {
-            return Err(Error::FdesNotSorted {
-                piece: h.at,
-                index: i,
-            });
-        }
-        prev_start = Some(fde.start);
-        if fde.pc_mask && fde.rep_size == 0 {
-            return Err(Error::ZeroRepSize { fde: i });
-        }
-        let mut at = fde.fres;
-        let mut last = None;
-        for _ in 0..fde.num_fres {
-            let (fre, next) = Fre::read(data, at, fde.addr_size)?;
-            if next > h.end {
-                return Err(Error::OutOfBounds {
-                    what: "FRE",
-                    offset: at,
-                });
-            }
-            let limit = if fde.pc_mask {
-                u32::from(fde.rep_size)
-            } else {
-                fde.size
-            };
-            if last.is_some_and(|l| fre.start < l) || (fre.start >= limit && limit != 0) {
-                return Err(Error::FreOutOfOrder { offset: at });
-            }
-            last = Some(fre.start);
-            fre.rules(h, &fde)
-                .map_err(|_| Error::BadFreData { offset: at })?;
-            at = next;
-        }
+    /// The function's rows in order, as [`row`](Self::row) gives them.
+    pub fn rows(&self) -> impl Iterator<Item = Row> + 'a {
+        let f = *self;
+        self.fres().filter_map(move |fre| f.row(&fre))
     }
-    Ok(())
-}
 
-fn find_in_piece(data: &[u8], h: &Header, base: u64, pc: u64) -> Option<Row> {
-    let start_of = |i: u32| Fde::start_of(data, h, i, base);
-    let index = if h.sorted() {
-        // Last FDE starting at or below pc.
-        let (mut lo, mut hi) = (0u32, h.num_fdes);
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            if start_of(mid)?.0 <= pc {
-                lo = mid + 1;
-            } else {
-                hi = mid;
+    /// The row that applies at `pc`: the last FRE starting at or below the
+    /// pc's offset in the function (in its repetition, for a PCMASK FDE).
+    pub fn row_at(&self, pc: u64) -> Option<Row> {
+        let fde = &self.fde;
+        let mut off = pc.checked_sub(fde.start)?;
+        if off >= u64::from(fde.size) {
+            return None;
+        }
+        let mut block = fde.start;
+        if fde.pc_mask {
+            // Validation rejected a zero rep_size.
+            let rep = u64::from(fde.rep_size.max(1));
+            block += off - off % rep;
+            off %= rep;
+        }
+        let mut found = None;
+        for fre in self.fres() {
+            if u64::from(fre.start) > off {
+                break;
             }
+            found = Some(fre);
         }
-        let i = lo.checked_sub(1)?;
-        let (s, n) = start_of(i)?;
-        (pc.wrapping_sub(s) < u64::from(n)).then_some(i)?
-    } else {
-        (0..h.num_fdes).find(|&i| {
-            start_of(i).is_some_and(|(s, n)| pc >= s && pc.wrapping_sub(s) < u64::from(n))
-        })?
-    };
-    let fde = Fde::read(data, h, index, base).ok()?;
-    let mut off = pc.wrapping_sub(fde.start);
-    let mut block = fde.start;
-    if fde.pc_mask {
-        let rep = u64::from(fde.rep_size.max(1));
-        block = fde.start.wrapping_add(off - off % rep);
-        off %= rep;
+        let fre = found?;
+        fre.row(&self.header, fde, block + u64::from(fre.start))
+            .ok()
     }
-    let mut at = fde.fres;
-    let mut found = None;
-    for _ in 0..fde.num_fres {
-        let (fre, next) = Fre::read(data, at, fde.addr_size).ok()?;
-        if u64::from(fre.start) > off {
-            break;
-        }
-        found = Some(fre);
-        at = next;
-    }
-    let fre = found?;
-    fre.row(h, &fde, block.wrapping_add(u64::from(fre.start)))
-        .ok()
 }
