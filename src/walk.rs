@@ -312,17 +312,18 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             if ra < 8 || !self.code.is_code(ra - 1) {
                 continue;
             }
-            if self.after_call(ra) {
-                // The word below a return address is often the caller's
-                // saved frame pointer (x86_64 `push rbp`, AArch64 frame
-                // records): adopt it when it points further up the stack, so
-                // the walk can resume by frame pointer.
-                let fp = self
-                    .mem
-                    .read_u64(slot.wrapping_sub(8))
-                    .filter(|&fp| fp > slot && fp % 8 == 0);
-                return Some((A::scanned(&self.regs, ra, slot, fp), Method::Scan, false));
+            if !self.after_call(ra) {
+                continue;
             }
+            // The word below a return address is often the caller's saved
+            // frame pointer (x86_64 `push rbp`, AArch64 frame records): adopt
+            // it when it points further up the stack, so the walk can resume
+            // by frame pointer.
+            let fp = self
+                .mem
+                .read_u64(slot.wrapping_sub(8))
+                .filter(|&fp| fp > slot && fp % 8 == 0);
+            return Some((A::scanned(&self.regs, ra, slot, fp), Method::Scan, false));
         }
         None
     }

@@ -22,12 +22,14 @@ fn setup() {
 #[inline(never)]
 extern "C" fn sm_test_cb_walk(x: u64) -> u64 {
     // A static buffer: frames kept on this stack would be scanned too.
-    static BUF: Mutex<[Frame; 64]> = Mutex::new([Frame {
-        pc: 0,
-        sp: 0,
-        precise: false,
-        method: Method::Context,
-    }; 64]);
+    static BUF: Mutex<[Frame; 64]> = Mutex::new(
+        [Frame {
+            pc: 0,
+            sp: 0,
+            precise: false,
+            method: Method::Context,
+        }; 64],
+    );
     let mut buf = BUF.lock().unwrap_or_else(|e| e.into_inner());
     let n = stackmark::walk_here(&mut buf[..]);
     *FRAMES.lock().unwrap() = buf[..n].to_vec();
@@ -118,7 +120,15 @@ extern "C" fn sm_test_noinfo_outer() -> u64 {
 fn recovers_a_frame_with_neither_table_nor_frame_pointer_by_scanning() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     setup();
-    sm_test_noinfo_outer();
+    // A thread with a stack size of its own gets a fresh, zeroed stack (not
+    // one of glibc's cached ones), so no stale return address from an
+    // earlier test lies where the scan looks.
+    std::thread::Builder::new()
+        .stack_size((3 << 20) + 7 * 4096)
+        .spawn(|| sm_test_noinfo_outer())
+        .unwrap()
+        .join()
+        .unwrap();
     let frames = take_frames();
     let got = names(&frames);
     assert_chain(
