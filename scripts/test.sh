@@ -44,3 +44,7 @@ cargo clippy --workspace --all-targets -- -D warnings
 # --- 3. Tests on the host (x86_64 Linux) -------------------------------------------
 stage "cargo test (host)"
 cargo test --workspace
+
+# --- 4. The same suite on AArch64, under qemu-aarch64 (.cargo/config.toml) ------
+stage "cargo test (aarch64-unknown-linux-gnu under qemu)"
+cargo test --workspace --target aarch64-unknown-linux-gnu
