@@ -1,0 +1,214 @@
+//! Hostile stacks: real frames on a thread's own stack are overwritten with
+//! garbage, loops and bad pointers, and the walk runs in process from there.
+//! Every walk must end, without a fault, with sp strictly increasing.
+//!
+//! `STACKMARK_HOSTILE_WALKS` sets how many walks to run (default 10,000).
+
+use std::hint::black_box;
+
+use stackmark::{Frame, Method, WalkOptions};
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    RandomWords,
+    MidFunctionPointers,
+    FramePointerLoop,
+    DownwardPointers,
+    UnmappedPc,
+    StackEdge,
+}
+
+const KINDS: [Kind; 6] = [
+    Kind::RandomWords,
+    Kind::MidFunctionPointers,
+    Kind::FramePointerLoop,
+    Kind::DownwardPointers,
+    Kind::UnmappedPc,
+    Kind::StackEdge,
+];
+
+struct Env {
+    code: Vec<(u64, u64)>,
+    stack: (u64, u64),
+    unmapped: u64,
+}
+
+fn code_addr(env: &Env, rng: &mut Rng) -> u64 {
+    let (s, n) = env.code[rng.below(env.code.len() as u64) as usize];
+    s + rng.below(n)
+}
+
+fn check(frames: &[Frame]) {
+    assert!(!frames.is_empty());
+    for w in frames.windows(2) {
+        if w[1].method != Method::SignalFrame {
+            assert!(w[1].sp > w[0].sp, "sp must increase: {frames:#?}");
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn set(r: &mut stackmark::Regs, pc: u64, sp: u64, fp: u64) {
+    (r.rip, r.rsp, r.rbp) = (pc, sp, fp);
+}
+#[cfg(target_arch = "aarch64")]
+fn set(r: &mut stackmark::Regs, pc: u64, sp: u64, fp: u64) {
+    (r.pc, r.sp, r.fp, r.lr) = (pc, sp, fp, pc);
+}
+
+/// Overwrites `lo..hi` (frames of this thread's callers), walks twice — from
+/// here and from crafted registers — then restores the bytes.
+#[inline(never)]
+fn corrupt_and_walk(env: &Env, rng: &mut Rng, kind: Kind, lo: u64, hi: u64) {
+    let words = ((hi - lo) / 8) as usize;
+    let region = lo as *mut u64;
+    let mut saved = [0u64; 512];
+    assert!(words <= saved.len());
+    // SAFETY: lo..hi lies in this thread's stack above this function's frame
+    // (the callers' locals and records); it is restored before returning.
+    unsafe {
+        for (i, s) in saved.iter_mut().enumerate().take(words) {
+            *s = region.add(i).read_volatile();
+        }
+        for i in 0..words {
+            let slot = lo + i as u64 * 8;
+            let w = match kind {
+                Kind::RandomWords => rng.next(),
+                Kind::MidFunctionPointers => {
+                    if i % 2 == 0 {
+                        code_addr(env, rng)
+                    } else {
+                        lo + rng.below(words as u64) * 8
+                    }
+                }
+                // Records that point at each other: a -> b -> a.
+                Kind::FramePointerLoop => match i % 4 {
+                    0 => lo + ((i as u64 + 2) % words as u64) * 8,
+                    1 | 3 => code_addr(env, rng),
+                    _ => lo + ((i as u64 + words as u64 - 2) % words as u64) * 8,
+                },
+                Kind::DownwardPointers => {
+                    if i % 2 == 0 {
+                        slot.saturating_sub(8 * (1 + rng.below(64)))
+                    } else {
+                        code_addr(env, rng)
+                    }
+                }
+                Kind::UnmappedPc => {
+                    if i % 2 == 0 {
+                        env.unmapped + rng.below(4096)
+                    } else {
+                        lo + rng.below(words as u64) * 8
+                    }
+                }
+                Kind::StackEdge => {
+                    if i % 2 == 0 {
+                        env.stack.1 - 8 * rng.below(3)
+                    } else {
+                        code_addr(env, rng)
+                    }
+                }
+            };
+            region.add(i).write_volatile(w);
+        }
+    }
+    let mut frames = [Frame::default(); 64];
+    let n = stackmark::walk_here(&mut frames);
+    check(&frames[..n]);
+
+    let mut regs = stackmark::capture();
+    let (pc, sp, fp) = match kind {
+        Kind::UnmappedPc => (env.unmapped + rng.below(4096), lo + 8 * rng.below(words as u64), lo),
+        Kind::StackEdge => {
+            let edge = [env.stack.1 - 8, env.stack.1, env.stack.1 + 8, env.stack.0, env.stack.0 - 8];
+            let sp = edge[rng.below(edge.len() as u64) as usize];
+            (code_addr(env, rng), sp, sp)
+        }
+        _ => (code_addr(env, rng), lo + 8 * rng.below(words as u64), lo + 8 * rng.below(words as u64)),
+    };
+    set(&mut regs, pc, sp, fp);
+    let n = stackmark::walk_from(regs, rng.below(2) == 0, WalkOptions::default(), &mut frames);
+    check(&frames[..n]);
+
+    // SAFETY: puts back exactly the bytes saved above.
+    unsafe {
+        for (i, s) in saved.iter().enumerate().take(words) {
+            region.add(i).write_volatile(*s);
+        }
+    }
+}
+
+/// Recurses so there are real frames to destroy, then corrupts the ones
+/// between `depth` 0 and the top and walks.
+#[inline(never)]
+fn descend(env: &Env, rng: &mut Rng, kind: Kind, depth: u32, top: u64) -> u64 {
+    let marker = [depth as u64; 4];
+    let here = marker.as_ptr() as u64;
+    let top = if depth == 8 { here } else { top };
+    if depth == 0 {
+        let lo = (here + 64) & !7;
+        let hi = top.min(lo + 512 * 8) & !7;
+        assert!(hi > lo + 256, "frames to corrupt: {lo:#x}..{hi:#x}");
+        corrupt_and_walk(env, rng, kind, lo, hi);
+        return black_box(marker[0]);
+    }
+    black_box(descend(env, rng, kind, depth - 1, top)) + black_box(&marker)[1]
+}
+
+#[test]
+fn hostile_stacks_never_fault_the_walk() {
+    stackmark::init().unwrap();
+    let walks: usize = std::env::var("STACKMARK_HOSTILE_WALKS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
+    let code: Vec<(u64, u64)> = stackmark::modules::current()
+        .unwrap()
+        .modules()
+        .iter()
+        .flat_map(|m| m.segments().iter().filter(|s| s.executable()).map(|s| (s.start, s.size)))
+        .collect();
+    // A page that is certainly unmapped: map one, then unmap it.
+    // SAFETY: mmap/munmap of a private anonymous page we never touch again.
+    let unmapped = unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        assert_ne!(p, libc::MAP_FAILED);
+        libc::munmap(p, 4096);
+        p as u64
+    };
+    std::thread::Builder::new()
+        .stack_size(1 << 20)
+        .spawn(move || {
+            stackmark::register_thread();
+            let stack = stackmark::os::linux::registered_stack().unwrap();
+            let env = Env { code, stack, unmapped };
+            let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+            for i in 0..walks {
+                descend(&env, &mut rng, KINDS[i % KINDS.len()], 12, 0);
+            }
+            walks
+        })
+        .unwrap()
+        .join()
+        .expect("the walking thread survived");
+}
