@@ -131,13 +131,27 @@ fn corrupt_and_walk(env: &Env, rng: &mut Rng, kind: Kind, lo: u64, hi: u64) {
 
     let mut regs = stackmark::capture();
     let (pc, sp, fp) = match kind {
-        Kind::UnmappedPc => (env.unmapped + rng.below(4096), lo + 8 * rng.below(words as u64), lo),
+        Kind::UnmappedPc => (
+            env.unmapped + rng.below(4096),
+            lo + 8 * rng.below(words as u64),
+            lo,
+        ),
         Kind::StackEdge => {
-            let edge = [env.stack.1 - 8, env.stack.1, env.stack.1 + 8, env.stack.0, env.stack.0 - 8];
+            let edge = [
+                env.stack.1 - 8,
+                env.stack.1,
+                env.stack.1 + 8,
+                env.stack.0,
+                env.stack.0 - 8,
+            ];
             let sp = edge[rng.below(edge.len() as u64) as usize];
             (code_addr(env, rng), sp, sp)
         }
-        _ => (code_addr(env, rng), lo + 8 * rng.below(words as u64), lo + 8 * rng.below(words as u64)),
+        _ => (
+            code_addr(env, rng),
+            lo + 8 * rng.below(words as u64),
+            lo + 8 * rng.below(words as u64),
+        ),
     };
     set(&mut regs, pc, sp, fp);
     let n = stackmark::walk_from(regs, rng.below(2) == 0, WalkOptions::default(), &mut frames);
@@ -179,7 +193,12 @@ fn hostile_stacks_never_fault_the_walk() {
         .unwrap()
         .modules()
         .iter()
-        .flat_map(|m| m.segments().iter().filter(|s| s.executable()).map(|s| (s.start, s.size)))
+        .flat_map(|m| {
+            m.segments()
+                .iter()
+                .filter(|s| s.executable())
+                .map(|s| (s.start, s.size))
+        })
         .collect();
     // A page that is certainly unmapped: map one, then unmap it.
     // SAFETY: mmap/munmap of a private anonymous page we never touch again.
@@ -201,7 +220,11 @@ fn hostile_stacks_never_fault_the_walk() {
         .spawn(move || {
             stackmark::register_thread();
             let stack = stackmark::os::linux::registered_stack().unwrap();
-            let env = Env { code, stack, unmapped };
+            let env = Env {
+                code,
+                stack,
+                unmapped,
+            };
             let mut rng = Rng(0x2545_f491_4f6c_dd1d);
             for i in 0..walks {
                 descend(&env, &mut rng, KINDS[i % KINDS.len()], 12, 0);
