@@ -58,6 +58,18 @@ pub fn function_lines(dump: &str) -> Vec<String> {
     out
 }
 
+/// The target triple the tests were built for, when cargo was given one
+/// (`cargo test --target ...` puts everything under `<target>/<triple>/`).
+fn cross_triple(profile_dir: &Path) -> Option<&'static str> {
+    let triple = if cfg!(target_arch = "aarch64") {
+        "aarch64-unknown-linux-gnu"
+    } else {
+        "x86_64-unknown-linux-gnu"
+    };
+    let parent = profile_dir.parent()?.file_name()?;
+    (parent == triple).then_some(triple)
+}
+
 /// The `sframe_dump` example binary, brought up to date once per test
 /// process (`cargo test` builds examples, but not when one test target is
 /// selected, and a stale binary would test old code).
@@ -65,17 +77,18 @@ pub fn sframe_dump() -> PathBuf {
     static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     BIN.get_or_init(|| {
         let exe = std::env::current_exe().unwrap();
-        // <target>/<profile>/deps/<test> -> <target>/<profile>/examples/
+        // <target>[/<triple>]/<profile>/deps/<test>
         let profile_dir = exe.parent().unwrap().parent().unwrap();
-        let target_dir = profile_dir.parent().unwrap();
-        let status = Command::new(option_env!("CARGO").unwrap_or("cargo"))
-            .args([
-                "build",
-                "--quiet",
-                "--example",
-                "sframe_dump",
-                "--target-dir",
-            ])
+        let triple = cross_triple(profile_dir);
+        let mut target_dir = profile_dir.parent().unwrap();
+        let mut cargo = Command::new(option_env!("CARGO").unwrap_or("cargo"));
+        cargo.args(["build", "--quiet", "--example", "sframe_dump"]);
+        if let Some(triple) = triple {
+            target_dir = target_dir.parent().unwrap();
+            cargo.args(["--target", triple]);
+        }
+        let status = cargo
+            .arg("--target-dir")
             .arg(target_dir)
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .status()
@@ -86,12 +99,27 @@ pub fn sframe_dump() -> PathBuf {
     .clone()
 }
 
-/// Runs `sframe_dump` with `args`; returns (success, stdout, stderr).
+/// Runs `sframe_dump` with `args`; returns (success, stdout, stderr). Under
+/// qemu-user without binfmt_misc a child AArch64 binary cannot be exec'd
+/// directly: it then runs through `qemu-aarch64`, as cargo's runner does.
 pub fn run_dump(args: &[&std::ffi::OsStr]) -> (bool, String, String) {
-    let out = Command::new(sframe_dump())
-        .args(args)
-        .output()
-        .expect("run sframe_dump");
+    let bin = sframe_dump();
+    let direct = Command::new(&bin).args(args).output();
+    // The failed exec shows as ENOEXEC, or as exit status 127 from the
+    // spawned child.
+    let exec_failed = match &direct {
+        Err(e) => e.raw_os_error() == Some(8),
+        Ok(o) => o.status.code() == Some(127) && o.stdout.is_empty(),
+    };
+    let out = match direct {
+        _ if cfg!(target_arch = "aarch64") && exec_failed => Command::new("qemu-aarch64")
+            .args(["-L", "/usr/aarch64-linux-gnu"])
+            .arg(&bin)
+            .args(args)
+            .output(),
+        other => other,
+    }
+    .expect("run sframe_dump");
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
