@@ -1,0 +1,583 @@
+//! Hostile input: every way a section can be truncated, misordered or point
+//! out of bounds gives its own typed error, and no mutation of a real
+//! section makes parsing or lookups panic. The sections start as real GNU
+//! as/ld output (`tests/data/sframe/testcases/`) and are broken byte by byte.
+
+mod sframe_support;
+
+use sframe_support::Case;
+use stackmark::formats::sframe::{Error, SFrame};
+
+fn case(name: &str) -> (Vec<u8>, u64) {
+    let c = Case::load(name);
+    (c.content, c.section_base)
+}
+
+/// Parses a copy of `name` changed by `edit`, which gets the bytes and the
+/// original section (for offsets).
+fn mutated(name: &str, edit: impl FnOnce(&mut Vec<u8>, &SFrame<'_>)) -> Result<(), Error> {
+    let (orig, base) = case(name);
+    let sframe = SFrame::parse(&orig, base).expect("the unmodified section parses");
+    let mut data = orig.clone();
+    edit(&mut data, &sframe);
+    SFrame::parse(&data, base).map(|_| ())
+}
+
+fn put_u32(d: &mut [u8], at: usize, v: u32) {
+    d[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+fn add_u32(d: &mut [u8], at: usize, delta: u32) {
+    let v = u32::from_le_bytes(d[at..at + 4].try_into().unwrap());
+    put_u32(d, at, v + delta);
+}
+
+// Header fields.
+const VERSION: usize = 2;
+const FLAGS: usize = 3;
+const ABI: usize = 4;
+const FIXED_RA: usize = 6;
+const AUXHDR_LEN: usize = 7;
+const NUM_FDES: usize = 8;
+const NUM_FRES: usize = 12;
+const FRE_LEN: usize = 16;
+const FDEOFF: usize = 20;
+
+#[test]
+fn every_truncation_of_a_section_is_an_error() {
+    for name in ["test-x86_64-2.40", "test-x86_64-2.45", "test-aarch64-2.46"] {
+        let (data, base) = case(name);
+        for len in 0..data.len() {
+            let err = SFrame::parse(&data[..len], base).unwrap_err();
+            let expected = if len < 28 {
+                Error::Truncated {
+                    what: "header",
+                    offset: 0,
+                }
+            } else {
+                Error::OutOfBounds {
+                    what: "FRE sub-section",
+                    offset: 0,
+                }
+            };
+            assert_eq!(err, expected, "{name} cut to {len} bytes");
+        }
+    }
+}
+
+#[test]
+fn a_header_without_magic_is_rejected() {
+    let e = mutated("test-x86_64-2.46", |d, _| d[0] = 0);
+    assert_eq!(e, Err(Error::BadMagic { offset: 0 }));
+    // A big-endian section (magic bytes swapped) does not read as one either.
+    let e = mutated("test-x86_64-2.46", |d, _| d.swap(0, 1));
+    assert_eq!(e, Err(Error::BadMagic { offset: 0 }));
+}
+
+#[test]
+fn versions_other_than_1_to_3_are_rejected() {
+    for v in [0, 4, 0xff] {
+        let e = mutated("test-x86_64-2.46", |d, _| d[VERSION] = v);
+        assert_eq!(
+            e,
+            Err(Error::UnsupportedVersion {
+                version: v,
+                offset: 0
+            })
+        );
+    }
+}
+
+#[test]
+fn big_endian_and_unknown_abis_are_rejected() {
+    for abi in [0, 1, 4, 5, 0xff] {
+        let e = mutated("test-aarch64-2.46", |d, _| d[ABI] = abi);
+        assert_eq!(e, Err(Error::UnsupportedAbi { abi, offset: 0 }));
+    }
+}
+
+#[test]
+fn flags_the_version_does_not_define_are_rejected() {
+    // Version 3 dropped SFRAME_F_FRAME_POINTER; version 1 predates PCREL.
+    let e = mutated("test-x86_64-2.46", |d, _| d[FLAGS] |= 0x2);
+    assert_eq!(
+        e,
+        Err(Error::UnknownFlags {
+            flags: 0x7,
+            offset: 0
+        })
+    );
+    let e = mutated("test-x86_64-2.40", |d, _| d[FLAGS] |= 0x4);
+    assert_eq!(
+        e,
+        Err(Error::UnknownFlags {
+            flags: 0x5,
+            offset: 0
+        })
+    );
+    let e = mutated("test-x86_64-2.45", |d, _| d[FLAGS] |= 0x80);
+    assert_eq!(
+        e,
+        Err(Error::UnknownFlags {
+            flags: 0x85,
+            offset: 0
+        })
+    );
+    // Version 2 knows all three.
+    assert_eq!(mutated("test-x86_64-2.45", |d, _| d[FLAGS] |= 0x2), Ok(()));
+}
+
+#[test]
+fn sub_sections_outside_the_section_are_rejected() {
+    let oob = |what| Err(Error::OutOfBounds { what, offset: 0 });
+    let name = "test-x86_64-2.46";
+    assert_eq!(
+        mutated(name, |d, _| d[AUXHDR_LEN] = 0xff),
+        oob("auxiliary header")
+    );
+    assert_eq!(
+        mutated(name, |d, _| add_u32(d, FRE_LEN, 1)),
+        oob("FRE sub-section")
+    );
+    assert_eq!(
+        mutated(name, |d, _| put_u32(d, FRE_LEN, u32::MAX)),
+        oob("FRE sub-section")
+    );
+    // FDEs that run into the FRE sub-section, or past everything.
+    assert_eq!(
+        mutated(name, |d, _| put_u32(d, NUM_FDES, 7)),
+        oob("FDE sub-section")
+    );
+    assert_eq!(
+        mutated(name, |d, _| put_u32(d, FDEOFF, 8)),
+        oob("FDE sub-section")
+    );
+    assert_eq!(
+        mutated(name, |d, _| put_u32(d, NUM_FDES, u32::MAX)),
+        oob("FDE sub-section")
+    );
+}
+
+#[test]
+fn an_fde_whose_rows_lie_outside_the_section_is_rejected() {
+    for name in ["test-x86_64-2.40", "test-x86_64-2.45", "test-x86_64-2.46"] {
+        let e = mutated(name, |d, s| {
+            let fde = s.functions().nth(1).unwrap().fde;
+            // sfde_func_start_fre_off: past the FRE sub-section.
+            let field = if s.version() == 3 { 12 } else { 8 };
+            put_u32(d, fde.at + field, 0x1000);
+        });
+        let (_, base) = case(name);
+        let (orig, _) = case(name);
+        let fde_at = SFrame::parse(&orig, base)
+            .unwrap()
+            .functions()
+            .nth(1)
+            .unwrap()
+            .fde
+            .at;
+        let expected = if name.ends_with("2.46") {
+            // Version 3 finds its attribute there first.
+            Error::Truncated {
+                what: "FDE attribute",
+                offset: 0x1000 + 28 + 96,
+            }
+        } else {
+            Error::OutOfBounds {
+                what: "FREs of the FDE",
+                offset: fde_at,
+            }
+        };
+        assert_eq!(e, Err(expected), "{name}");
+    }
+    // More FREs than the sub-section holds: the walk runs off its end.
+    let e = mutated("test-x86_64-2.45", |d, s| {
+        // The FDE whose rows come last in the FRE sub-section.
+        let last = s.functions().map(|f| f.fde).max_by_key(|f| f.fres).unwrap();
+        put_u32(d, last.at + 12, 3);
+        add_u32(d, NUM_FRES, 2);
+    });
+    assert!(
+        matches!(
+            e,
+            Err(Error::Truncated { what: "FRE", .. }) | Err(Error::OutOfBounds { what: "FRE", .. })
+        ),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn a_function_outside_the_address_space_is_rejected() {
+    let e = mutated("test-x86_64-2.46", |d, s| {
+        let at = s.functions().next().unwrap().fde.at;
+        d[at..at + 8].copy_from_slice(&i64::MIN.to_le_bytes());
+    });
+    assert_eq!(e, Err(Error::AddressOverflow { offset: 28 }));
+    // Below address 0.
+    let e = mutated("test-x86_64-2.42", |d, _| put_u32(d, 28, 0x8000_0000));
+    assert_eq!(e, Err(Error::AddressOverflow { offset: 28 }));
+}
+
+/// `test-x86_64-2.42`: version 2, section-relative start addresses, five
+/// sorted FDEs of 20 bytes. Swaps FDEs 1 and 2.
+fn swap_fdes(d: &mut [u8]) {
+    let (a, b) = (28 + 20, 28 + 40);
+    for k in 0..20 {
+        d.swap(a + k, b + k);
+    }
+}
+
+#[test]
+fn misordered_fdes_are_rejected_when_the_header_says_sorted() {
+    let e = mutated("test-x86_64-2.42", |d, _| swap_fdes(d));
+    assert_eq!(e, Err(Error::FdesNotSorted { piece: 0, index: 2 }));
+}
+
+#[test]
+fn an_unsorted_fde_table_is_searched_and_finds_the_same_rows() {
+    let (orig, base) = case("test-x86_64-2.42");
+    let mut data = orig.clone();
+    swap_fdes(&mut data);
+    data[FLAGS] &= !0x1;
+    let sorted = SFrame::parse(&orig, base).unwrap();
+    let unsorted = SFrame::parse(&data, base).unwrap();
+    assert_eq!(unsorted.pc_range(), sorted.pc_range());
+    let (lo, hi) = sorted.pc_range().unwrap();
+    let mut found = 0;
+    for pc in lo - 4..hi + 4 {
+        assert_eq!(unsorted.find_row(pc), sorted.find_row(pc), "{pc:#x}");
+        found += usize::from(sorted.find_row(pc).is_some());
+    }
+    assert!(found > 90);
+}
+
+#[test]
+fn undefined_fre_types_fde_types_and_word_sizes_are_rejected() {
+    let e = mutated("test-x86_64-2.45", |d, s| {
+        let at = s.functions().nth(2).unwrap().fde.at;
+        d[at + 16] = (d[at + 16] & !0xf) | 3;
+    });
+    let at = 28 + 2 * 20;
+    assert_eq!(
+        e,
+        Err(Error::BadFreType {
+            offset: at,
+            fre_type: 3
+        })
+    );
+    // Version 3 keeps the FDE type in info2: only 0 and 1 are defined.
+    let e = mutated("test-x86_64-2.46", |d, s| {
+        let fres = s.functions().nth(2).unwrap().fde.fres;
+        d[fres - 2] = 2;
+    });
+    assert_eq!(
+        e,
+        Err(Error::BadFdeType {
+            offset: 28 + 32,
+            fde_type: 2
+        })
+    );
+    let e = mutated("test-x86_64-2.46", |d, s| {
+        let fre = s.functions().nth(2).unwrap().fres().nth(1).unwrap();
+        d[fre.at + 1] |= 0x60;
+    });
+    assert!(matches!(e, Err(Error::BadWordSize { .. })), "{e:?}");
+}
+
+#[test]
+fn a_pcmask_fde_without_a_repetition_size_is_rejected() {
+    // test-x86_64-2.45 FDE 1: the .plt.got entries, repeating every 8 bytes.
+    let e = mutated("test-x86_64-2.45", |d, s| {
+        let fde = s.functions().nth(1).unwrap().fde;
+        assert!(fde.pc_mask);
+        d[fde.at + 17] = 0;
+    });
+    assert_eq!(e, Err(Error::ZeroRepSize { offset: 28 + 20 }));
+    let e = mutated("test-x86_64-2.46", |d, s| {
+        let fde = s.functions().nth(1).unwrap().fde;
+        d[fde.fres - 1] = 0;
+    });
+    assert_eq!(e, Err(Error::ZeroRepSize { offset: 28 + 16 }));
+}
+
+#[test]
+fn misordered_fres_and_fres_past_their_function_are_rejected() {
+    // test-x86_64-2.46 function 2 (68 bytes): rows at 0, 1, 5, 0x42, 0x43.
+    let fre_at = |s: &SFrame<'_>, i| s.functions().nth(2).unwrap().fres().nth(i).unwrap().at;
+    let (orig, base) = case("test-x86_64-2.46");
+    let third = fre_at(&SFrame::parse(&orig, base).unwrap(), 2);
+    let e = mutated("test-x86_64-2.46", |d, s| d[fre_at(s, 2)] = 0);
+    assert_eq!(e, Err(Error::FreOutOfOrder { offset: third }));
+    let last = fre_at(&SFrame::parse(&orig, base).unwrap(), 4);
+    let e = mutated("test-x86_64-2.46", |d, s| d[fre_at(s, 4)] = 69);
+    assert_eq!(e, Err(Error::FreOutOfOrder { offset: last }));
+    // A row at the very end of the function never applies, but is legal.
+    assert_eq!(
+        mutated("test-x86_64-2.46", |d, s| d[fre_at(s, 4)] = 68),
+        Ok(())
+    );
+}
+
+#[test]
+fn data_words_that_make_no_rule_are_rejected() {
+    // AArch64 rows with three words (CFA, RA, FP) read as AMD64, whose RA
+    // offset is fixed: one word too many.
+    let e = mutated("cfi-sframe-aarch64-pac-ab-key-1-2.46", |d, _| {
+        d[ABI] = 3;
+        d[FIXED_RA] = 0xf8;
+    });
+    assert!(matches!(e, Err(Error::BadFreData { .. })), "{e:?}");
+
+    // FLEX (cfi-sframe-x86_64-esc-expr-1): rows of CFA, RA padding and FP.
+    let flex = "cfi-sframe-x86_64-esc-expr-1-2.46";
+    let row = |s: &SFrame<'_>, i| s.functions().next().unwrap().fres().nth(i).unwrap();
+    // A CFA control word that names no register.
+    let e = mutated(flex, |d, s| d[row(s, 1).at + 2] = 0x50);
+    assert!(matches!(e, Err(Error::BadFreData { .. })), "{e:?}");
+    // An FP rule "CFA + offset" that loads nothing.
+    let e = mutated(flex, |d, s| d[row(s, 2).at + 5] = 0x04);
+    assert!(matches!(e, Err(Error::BadFreData { .. })), "{e:?}");
+    // Its FP offset word dropped (five words become four): an FP control
+    // word without its offset.
+    let (orig, base) = case(flex);
+    let third = row(&SFrame::parse(&orig, base).unwrap(), 2).at;
+    let e = mutated(flex, |d, s| {
+        let r = row(s, 2);
+        d[r.at + 1] = (d[r.at + 1] & !0x1e) | (4 << 1);
+    });
+    assert_eq!(e, Err(Error::BadFreData { offset: third }));
+    // The CFA pair grows a third word (the next row's start byte, 9): an RA
+    // control word without its offset.
+    let e = mutated(flex, |d, s| {
+        let r = row(s, 0);
+        d[r.at + 1] = (d[r.at + 1] & !0x1e) | (3 << 1);
+    });
+    assert_eq!(
+        e,
+        Err(Error::BadFreData {
+            offset: 28 + 16 + 5
+        })
+    );
+}
+
+#[test]
+fn a_header_fre_count_that_disagrees_with_the_fdes_is_rejected() {
+    let e = mutated("test-aarch64-2.46", |d, _| put_u32(d, NUM_FRES, 9));
+    assert_eq!(
+        e,
+        Err(Error::FreCountMismatch {
+            piece: 0,
+            header: 9,
+            fdes: 8
+        })
+    );
+}
+
+/// `a`, zero padding to an 8-byte boundary, then `b`.
+fn concat(a: &[u8], b: &[u8]) -> (Vec<u8>, usize) {
+    let mut d = a.to_vec();
+    d.resize(a.len().div_ceil(8) * 8, 0);
+    let at = d.len();
+    d.extend_from_slice(b);
+    (d, at)
+}
+
+#[test]
+fn concatenated_pieces_must_share_an_abi_and_use_pcrel_starts() {
+    let (x86, base) = case("test-x86_64-2.46");
+    let (arm, _) = case("test-aarch64-2.46");
+    let (d, at) = concat(&x86, &arm);
+    assert_eq!(
+        SFrame::parse(&d, base).unwrap_err(),
+        Error::MixedAbi { piece: at }
+    );
+    // Version 2 without PCREL (binutils 2.41 to 2.44), once or twice.
+    let (v2, base2) = case("test-x86_64-2.42");
+    assert!(SFrame::parse(&v2, base2).is_ok());
+    let (d, _) = concat(&v2, &v2);
+    assert_eq!(
+        SFrame::parse(&d, base2).unwrap_err(),
+        Error::ConcatenatedWithoutPcrel { piece: 0 }
+    );
+    // A PCREL piece followed by one without.
+    let (d, at) = concat(&x86, &v2);
+    assert_eq!(
+        SFrame::parse(&d, base).unwrap_err(),
+        Error::ConcatenatedWithoutPcrel { piece: at }
+    );
+    // Version 1 has no PCREL flag at all.
+    let (v1, _) = case("test-x86_64-2.40");
+    let (d, at) = concat(&x86, &v1);
+    assert_eq!(
+        SFrame::parse(&d, base).unwrap_err(),
+        Error::ConcatenatedWithoutPcrel { piece: at }
+    );
+}
+
+#[test]
+fn bytes_after_a_piece_must_be_zero_padding_or_a_header() {
+    let (x86, base) = case("test-x86_64-2.46");
+    let mut d = x86.clone();
+    d.extend([0; 13]);
+    let s = SFrame::parse(&d, base).unwrap();
+    assert_eq!(s.piece_count(), 1);
+    d.extend([0x12, 0x34]);
+    assert_eq!(
+        SFrame::parse(&d, base).unwrap_err(),
+        Error::TrailingGarbage {
+            offset: x86.len() + 13
+        }
+    );
+    // Half a header.
+    let mut d = x86.clone();
+    d.extend([0, 0, 0, 0, 0, 0xe2, 0xde, 3]);
+    assert_eq!(
+        SFrame::parse(&d, base).unwrap_err(),
+        Error::TrailingGarbage {
+            offset: x86.len() + 5
+        }
+    );
+}
+
+#[test]
+fn errors_name_what_is_wrong_and_where() {
+    let e = mutated("test-x86_64-2.42", |d, _| swap_fdes(d)).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "FDE 2 of the piece at 0x0 is out of order, but the header says sorted"
+    );
+    let e: Box<dyn std::error::Error> = Box::new(Error::BadWordSize { offset: 0x41 });
+    assert_eq!(
+        e.to_string(),
+        "the FRE at 0x41 has an undefined data-word size"
+    );
+}
+
+/// A small deterministic generator (xorshift), so failures reproduce.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// Looks up pcs in and around every function of a parsed section: none may
+/// panic, and every row found must lie in its function.
+fn exercise(s: &SFrame<'_>) -> usize {
+    let probe = |pc: u64| {
+        s.find_row(pc).inspect(|r| {
+            assert!(pc >= r.func_start && pc - r.func_start < u64::from(r.func_size));
+            assert!(r.row_start <= pc);
+        });
+    };
+    let mut rows = 0;
+    if let Some((lo, hi)) = s.pc_range() {
+        for k in 0..64 {
+            probe(lo.wrapping_add((hi.wrapping_sub(lo) / 64).wrapping_mul(k)));
+        }
+        probe(hi);
+        probe(lo.wrapping_sub(1));
+    }
+    for f in s.functions() {
+        for pc in [f.fde.start, f.fde.start + u64::from(f.fde.size) / 2] {
+            probe(pc);
+        }
+        rows += f.rows().count();
+    }
+    for p in s.pieces() {
+        rows += p.functions().count();
+    }
+    rows
+}
+
+#[test]
+fn no_mutation_of_a_real_section_makes_parse_or_lookup_panic() {
+    let mut rng = Rng(0x5f3c_9e1d_2b47_a681);
+    let (mut parsed, mut rejected) = (0, 0);
+    let names: Vec<_> = std::fs::read_dir(sframe_support::cases_dir())
+        .unwrap()
+        .filter_map(|e| {
+            let n = e.unwrap().file_name().into_string().unwrap();
+            n.strip_suffix(".json").map(str::to_string)
+        })
+        .collect();
+    for name in &names {
+        let (orig, base) = case(name);
+        for at in 0..orig.len() {
+            for value in [0, 0xff, orig[at] ^ 1, orig[at] ^ 0x80, rng.next() as u8] {
+                let mut d = orig.clone();
+                d[at] = value;
+                match SFrame::parse(&d, base) {
+                    Ok(s) => {
+                        exercise(&s);
+                        parsed += 1;
+                    }
+                    Err(e) => {
+                        assert!(!e.to_string().is_empty());
+                        rejected += 1;
+                    }
+                }
+            }
+        }
+        // Random multi-byte damage and random lengths.
+        for _ in 0..50 {
+            let mut d = orig.clone();
+            for _ in 0..1 + rng.next() % 4 {
+                if !d.is_empty() {
+                    let at = (rng.next() % d.len() as u64) as usize;
+                    d[at] = rng.next() as u8;
+                }
+            }
+            d.truncate((rng.next() % (d.len() as u64 + 8)) as usize);
+            if let Ok(s) = SFrame::parse(&d, rng.next()) {
+                exercise(&s);
+            }
+        }
+    }
+    // Both outcomes must actually have happened for the test to mean much.
+    assert!(parsed > 1000 && rejected > 1000, "{parsed} {rejected}");
+}
+
+#[test]
+fn a_real_concatenation_looks_up_each_piece_at_its_own_addresses() {
+    // Two PCREL sections laid end to end, as rust-lld leaves them: the second
+    // piece's functions move with it.
+    // The second piece lands right after the first one's functions.
+    let (a, base_a) = case("test-x86_64-2.46");
+    let (b, base_b) = case("cfi-sframe-x86_64-esc-expr-1-2.46");
+    let (d, at) = concat(&a, &b);
+    let whole = SFrame::parse(&d, base_a).unwrap();
+    assert_eq!(whole.piece_count(), 2);
+    let shift = (base_a + at as u64).wrapping_sub(base_b);
+    let alone_a = SFrame::parse(&a, base_a).unwrap();
+    let alone_b = SFrame::parse(&b, base_b).unwrap();
+    let pieces: Vec<_> = whole.pieces().collect();
+    assert_eq!(pieces.len(), 2);
+    assert_eq!(pieces[0].pc_range(), alone_a.pc_range());
+    let (lo, hi) = alone_b.pc_range().unwrap();
+    assert_eq!(
+        pieces[1].pc_range(),
+        Some((lo.wrapping_add(shift), hi.wrapping_add(shift)))
+    );
+    let mut compared = 0;
+    for f in alone_b.functions() {
+        for pc in f.fde.start..f.fde.start + u64::from(f.fde.size) {
+            let want = alone_b.find_row(pc).map(|mut r| {
+                r.func_start = r.func_start.wrapping_add(shift);
+                r.row_start = r.row_start.wrapping_add(shift);
+                r
+            });
+            assert_eq!(whole.find_row(pc.wrapping_add(shift)), want);
+            compared += 1;
+        }
+    }
+    let (lo, hi) = alone_a.pc_range().unwrap();
+    for pc in lo..hi {
+        assert_eq!(whole.find_row(pc), alone_a.find_row(pc));
+    }
+    assert!(compared > 90);
+    assert_eq!(whole.functions().count(), 7);
+}
