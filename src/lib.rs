@@ -19,8 +19,16 @@ pub mod os;
 pub mod walk;
 
 #[cfg(target_os = "linux")]
+pub mod crash;
+#[cfg(target_os = "linux")]
 mod live;
+#[cfg(target_os = "linux")]
+pub mod panic_hook;
 #[cfg(target_os = "linux")]
 pub use live::*;
 
+#[cfg(target_os = "linux")]
+pub use crash::{install_altstack, install_crash_handler};
+#[cfg(target_os = "linux")]
+pub use panic_hook::install_panic_hook;
 pub use walk::{Frame, Method, StopReason, WalkOptions, Walker};

@@ -121,6 +121,10 @@ pub struct WalkOptions {
     /// How many stack words stack scanning may inspect per frame; 0 disables
     /// scanning.
     pub scan_words: usize,
+    /// How many frames in a row scanning may produce before the walk stops:
+    /// past the outermost real frame (above `_start`, in the environment
+    /// and auxiliary vector) scanning only finds stale code addresses.
+    pub max_scans_in_a_row: usize,
 }
 
 impl Default for WalkOptions {
@@ -130,6 +134,7 @@ impl Default for WalkOptions {
             use_tables: true,
             use_frame_pointers: true,
             scan_words: 512,
+            max_scans_in_a_row: 3,
         }
     }
 }
@@ -169,6 +174,8 @@ pub struct Walker<A: Arch, M, C> {
     /// The current frame's sp is exact (not just a lower bound left by an
     /// AArch64 frame-pointer step or a scan).
     sp_exact: bool,
+    /// Frames found by scanning in a row, up to the current one.
+    scans_in_a_row: usize,
     stop: StopReason,
 }
 
@@ -191,6 +198,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             depth: 0,
             ra_in_register_ok: true,
             sp_exact: true,
+            scans_in_a_row: 0,
             stop: StopReason::Running,
         }
     }
@@ -298,6 +306,9 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
                 }
             }
         }
+        if self.scans_in_a_row >= self.opts.max_scans_in_a_row {
+            return Err(StopReason::NoValidCaller);
+        }
         self.scan_stack(cur).ok_or(StopReason::NoValidCaller)
     }
 
@@ -343,6 +354,11 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Iterator for Walker<A, M, C> {
             Ok((regs, method, precise)) => {
                 self.regs = regs;
                 self.ra_in_register_ok = method == Method::SignalFrame;
+                self.scans_in_a_row = if method == Method::Scan {
+                    self.scans_in_a_row + 1
+                } else {
+                    0
+                };
                 self.sp_exact = match method {
                     Method::FramePointer | Method::Scan => A::FP_STEP_GIVES_CFA,
                     _ => true,

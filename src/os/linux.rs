@@ -186,6 +186,13 @@ impl LiveMemory {
             if addr < r.lo || end > r.limit {
                 continue;
             }
+            // A region starts at the first readable page at or below what is
+            // read: the walk's first sp may sit in a guard page (a stack
+            // overflow), with the stack proper just above.
+            if r.hi == r.lo && addr >= r.hi {
+                r.lo = addr & !(PAGE - 1);
+                r.hi = r.lo;
+            }
             // Probe whole pages until the range is covered.
             while end > r.hi {
                 let mut b = [0u8; 1];
@@ -546,5 +553,79 @@ pub unsafe fn regs_from_ucontext(uc: *const c_void) -> crate::arch::aarch64::Reg
         fp: m.regs[29],
         lr: m.regs[30],
         x19_x28,
+    }
+}
+
+/// Writes the interrupted registers of a Linux x86_64 `ucontext_t`, four to
+/// a line.
+///
+/// # Safety
+/// `uc` must point to a valid `ucontext_t`.
+#[cfg(target_arch = "x86_64")]
+pub unsafe fn write_registers<S: crate::markup::Sink>(
+    m: &mut crate::markup::Markup<'_, S>,
+    uc: *const c_void,
+) {
+    // SAFETY: the caller guarantees `uc` is a valid ucontext_t.
+    let g = unsafe { &(*(uc as *const libc::ucontext_t)).uc_mcontext.gregs };
+    const NAMES: [(&str, c_int); 18] = [
+        ("rax", libc::REG_RAX),
+        ("rbx", libc::REG_RBX),
+        ("rcx", libc::REG_RCX),
+        ("rdx", libc::REG_RDX),
+        ("rsi", libc::REG_RSI),
+        ("rdi", libc::REG_RDI),
+        ("rbp", libc::REG_RBP),
+        ("rsp", libc::REG_RSP),
+        ("r8", libc::REG_R8),
+        ("r9", libc::REG_R9),
+        ("r10", libc::REG_R10),
+        ("r11", libc::REG_R11),
+        ("r12", libc::REG_R12),
+        ("r13", libc::REG_R13),
+        ("r14", libc::REG_R14),
+        ("r15", libc::REG_R15),
+        ("rip", libc::REG_RIP),
+        ("eflags", libc::REG_EFL),
+    ];
+    for (i, (name, reg)) in NAMES.iter().enumerate() {
+        m.text(if i % 4 == 0 { "stackmark:   " } else { "  " });
+        m.text(name).text(" ").hex(g[*reg as usize] as u64);
+        if i % 4 == 3 || i == NAMES.len() - 1 {
+            m.newline();
+        }
+    }
+}
+
+/// Writes the interrupted registers of a Linux AArch64 `ucontext_t`, four
+/// to a line.
+///
+/// # Safety
+/// `uc` must point to a valid `ucontext_t`.
+#[cfg(target_arch = "aarch64")]
+pub unsafe fn write_registers<S: crate::markup::Sink>(
+    m: &mut crate::markup::Markup<'_, S>,
+    uc: *const c_void,
+) {
+    // SAFETY: the caller guarantees `uc` is a valid ucontext_t.
+    let mc = unsafe { &(*(uc as *const libc::ucontext_t)).uc_mcontext };
+    const NAMES: [&str; 31] = [
+        "x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7", "x8", "x9", "x10", "x11", "x12", "x13",
+        "x14", "x15", "x16", "x17", "x18", "x19", "x20", "x21", "x22", "x23", "x24", "x25", "x26",
+        "x27", "x28", "fp", "lr",
+    ];
+    let extra: [(&str, u64); 3] = [("sp", mc.sp), ("pc", mc.pc), ("pstate", mc.pstate)];
+    let total = NAMES.len() + extra.len();
+    for i in 0..total {
+        let (name, v) = if i < NAMES.len() {
+            (NAMES[i], mc.regs[i])
+        } else {
+            extra[i - NAMES.len()]
+        };
+        m.text(if i % 4 == 0 { "stackmark:   " } else { "  " });
+        m.text(name).text(" ").hex(v);
+        if i % 4 == 3 || i == total - 1 {
+            m.newline();
+        }
     }
 }

@@ -1,0 +1,155 @@
+//! Crashes on purpose and prints the crash report: a markup backtrace on
+//! standard error, for `llvm-symbolizer --filter-markup`.
+//!
+//! The call chain from the crash site outward is `write_through_null` <-
+//! `rust_callback` <- `c_level_2` <- `c_level_1` (C, no frame pointers,
+//! SFrame only) <- `rust_entry` <- `main`.
+//!
+//! `cargo run --example crash [MODE]` where MODE is one of `segv` (the
+//! default), `bus`, `ill`, `fpe`, `abrt`, `trap`, `overflow` (main thread),
+//! `thread-overflow`, `threads` (8 threads crash at once), `nested` (the
+//! handler itself faults).
+
+use std::hint::black_box;
+
+/// Performs an invalid write through a null pointer.
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn write_through_null(x: u64) -> u64 {
+    let p = black_box(std::ptr::null_mut::<u64>());
+    // SAFETY: none: this is the crash the example exists for.
+    unsafe { p.write_volatile(x) }; // CRASH-SITE
+    x + 1
+}
+
+/// Called back by the C fixture.
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn rust_callback(x: u64) -> u64 {
+    black_box(write_through_null(black_box(x))) + 1
+}
+
+/// Enters the C fixture chain.
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn rust_entry(x: u64) -> u64 {
+    // SAFETY: the fixture only calls the callback.
+    black_box(unsafe { stackmark_fixtures::c_level_1(rust_callback, black_box(x)) }) + 1
+}
+
+#[inline(never)]
+#[allow(unconditional_recursion)]
+fn recurse(n: u64) -> u64 {
+    let pad = black_box([n; 64]);
+    black_box(recurse(n + 1)) + pad[3]
+}
+
+fn raise(sig: i32) {
+    // SAFETY: sends the signal to this thread.
+    unsafe { libc::raise(sig) };
+}
+
+#[allow(clippy::zero_ptr)]
+fn main() {
+    stackmark::install_crash_handler().expect("install the crash handler");
+    let mode = std::env::args().nth(1).unwrap_or_else(|| "segv".into());
+    match mode.as_str() {
+        "segv" => {
+            black_box(rust_entry(7));
+        }
+        "bus" => {
+            // Touch a page of a mapped file past its end.
+            let path = std::env::temp_dir().join(format!("stackmark-bus-{}", std::process::id()));
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&path)
+                .unwrap();
+            use std::os::fd::AsRawFd;
+            // SAFETY: maps an empty file and reads its first page: SIGBUS.
+            unsafe {
+                let p = libc::mmap(
+                    std::ptr::null_mut(),
+                    4096,
+                    libc::PROT_READ,
+                    libc::MAP_SHARED,
+                    f.as_raw_fd(),
+                    0,
+                );
+                let _ = std::fs::remove_file(&path);
+                black_box((p as *const u8).read_volatile());
+            }
+        }
+        "ill" => {
+            // SAFETY: executes an undefined instruction.
+            #[cfg(target_arch = "x86_64")]
+            unsafe {
+                std::arch::asm!("ud2")
+            };
+            #[cfg(target_arch = "aarch64")]
+            unsafe {
+                std::arch::asm!("udf #0")
+            };
+        }
+        "fpe" => {
+            // x86_64 traps on integer division by zero; AArch64 does not,
+            // so there the signal is sent.
+            #[cfg(target_arch = "x86_64")]
+            {
+                let zero = black_box(0u64);
+                let r: u64;
+                // SAFETY: divides by zero on purpose.
+                unsafe {
+                    std::arch::asm!("div {z}", z = in(reg) zero, inout("rax") 1u64 => r, inout("rdx") 0u64 => _)
+                };
+                black_box(r);
+            }
+            raise(libc::SIGFPE);
+        }
+        "abrt" => std::process::abort(),
+        "trap" => {
+            // SAFETY: a breakpoint instruction.
+            #[cfg(target_arch = "x86_64")]
+            unsafe {
+                std::arch::asm!("int3")
+            };
+            #[cfg(target_arch = "aarch64")]
+            unsafe {
+                std::arch::asm!("brk #0")
+            };
+        }
+        "overflow" => {
+            black_box(recurse(0));
+        }
+        "thread-overflow" => {
+            std::thread::spawn(|| black_box(recurse(0))).join().unwrap();
+        }
+        "threads" => {
+            let start = std::sync::Arc::new(std::sync::Barrier::new(8));
+            let threads: Vec<_> = (0..8)
+                .map(|i| {
+                    let start = start.clone();
+                    std::thread::Builder::new()
+                        .name(format!("crasher-{i}"))
+                        .spawn(move || {
+                            start.wait();
+                            black_box(rust_entry(i))
+                        })
+                        .unwrap()
+                })
+                .collect();
+            for t in threads {
+                let _ = t.join();
+            }
+        }
+        "nested" => {
+            // A handler that faults: the report must still end the process.
+            stackmark::crash::corrupt_for_test();
+            black_box(rust_entry(1));
+        }
+        other => panic!("unknown mode {other}"),
+    }
+    eprintln!("stackmark example: still alive after mode {mode}");
+}

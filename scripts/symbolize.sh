@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Symbolizes a stackmark report (markup) with llvm-symbolizer.
+#
+#   scripts/symbolize.sh REPORT [BINARY_DIR...]
+#
+# REPORT is a file holding the markup (or - for standard input). The
+# binaries are found by build ID under BINARY_DIRs (default: target/); a
+# .build-id tree is made for them in a temporary directory.
+set -euo pipefail
+report=${1:--}
+shift || true
+[ $# -gt 0 ] || set -- "$(dirname "$0")/../target"
+sym=$(command -v llvm-symbolizer-19 || command -v llvm-symbolizer-16 || command -v llvm-symbolizer || true)
+if [ -z "$sym" ]; then
+  echo "symbolize: no llvm-symbolizer (install Debian's llvm-19)" >&2
+  exit 1
+fi
+tree=$(mktemp -d)
+trap 'rm -rf "$tree"' EXIT
+"$(dirname "$0")/build-id-tree.sh" "$tree" "$@" /lib /usr/lib 2>/dev/null || true
+"$sym" --filter-markup --debug-file-directory="$tree" < <(cat "$report")

@@ -1,0 +1,403 @@
+//! The crash handler: reports SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT and
+//! SIGTRAP as a markup backtrace, then lets the process die of the original
+//! signal.
+//!
+//! Everything from the signal to the re-raise is async-signal-safe: no
+//! allocation, no lock that interrupted code could hold, no
+//! `dl_iterate_phdr`. The module table was built by [`crate::init`]; the
+//! frames go into static memory that only the reporting thread uses.
+
+use core::cell::UnsafeCell;
+use core::ffi::{c_int, c_void};
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering::SeqCst};
+
+use crate::markup::{FdSink, Markup, Scope};
+use crate::walk::{Frame, WalkOptions};
+
+/// The signals the crash handler reports.
+pub const CRASH_SIGNALS: [c_int; 6] = [
+    libc::SIGSEGV,
+    libc::SIGBUS,
+    libc::SIGILL,
+    libc::SIGFPE,
+    libc::SIGABRT,
+    libc::SIGTRAP,
+];
+
+/// Most frames a crash report shows.
+pub const MAX_CRASH_FRAMES: usize = 256;
+
+/// Size of the alternate signal stack [`install_altstack`] gives a thread.
+pub const ALTSTACK_SIZE: usize = 64 * 1024;
+
+struct Shared {
+    previous: UnsafeCell<[libc::sigaction; CRASH_SIGNALS.len()]>,
+    frames: UnsafeCell<[Frame; MAX_CRASH_FRAMES]>,
+}
+
+// SAFETY: `previous` is written only by `install_crash_handler` before the
+// handlers that read it are installed; `frames` only by the thread that owns
+// `OWNER`.
+unsafe impl Sync for Shared {}
+
+static SHARED: Shared = Shared {
+    // SAFETY: an all-zero sigaction is a valid value (SIG_DFL, no flags).
+    previous: UnsafeCell::new(unsafe { core::mem::zeroed() }),
+    frames: UnsafeCell::new(
+        [Frame {
+            pc: 0,
+            sp: 0,
+            precise: false,
+            method: crate::walk::Method::Context,
+        }; MAX_CRASH_FRAMES],
+    ),
+};
+
+static INSTALLED: AtomicBool = AtomicBool::new(false);
+/// The thread id writing a report now (0: none).
+static OWNER: AtomicI32 = AtomicI32::new(0);
+/// Threads inside the handler that have not finished their report.
+static PENDING: AtomicUsize = AtomicUsize::new(0);
+/// Where reports go.
+static FD: AtomicI32 = AtomicI32::new(2);
+/// Test hook: make the report itself fault.
+static FAULT_IN_REPORT: AtomicBool = AtomicBool::new(false);
+
+/// Makes the next crash report fault half-way, to test that a crash inside
+/// the handler ends the process instead of looping. For tests only.
+#[doc(hidden)]
+pub fn corrupt_for_test() {
+    FAULT_IN_REPORT.store(true, SeqCst);
+}
+
+/// Why the crash handler could not be installed.
+#[derive(Debug)]
+pub enum CrashError {
+    /// The module table could not be built.
+    Init(crate::InitError),
+    /// A system call failed.
+    Os(std::io::Error),
+}
+
+impl core::fmt::Display for CrashError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            CrashError::Init(e) => write!(f, "building the module table: {e}"),
+            CrashError::Os(e) => write!(f, "installing the crash handler: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for CrashError {}
+
+/// Gives the calling thread an alternate signal stack of [`ALTSTACK_SIZE`]
+/// bytes (plus a guard page), so its crash handler runs even after a stack
+/// overflow. Threads spawned by Rust's `std::thread` already get one from
+/// the standard library; call this at the start of other threads (C
+/// threads, or when the program disables std's). A thread that already has
+/// an alternate stack keeps it.
+pub fn install_altstack() -> Result<(), CrashError> {
+    // SAFETY: queries the current alternate stack, then maps a fresh region
+    // (checked for failure) and installs it; the mapping is never freed while
+    // the thread may run on it.
+    unsafe {
+        let mut cur: libc::stack_t = core::mem::zeroed();
+        if libc::sigaltstack(core::ptr::null(), &mut cur) == 0
+            && cur.ss_flags & libc::SS_DISABLE == 0
+            && cur.ss_size >= ALTSTACK_SIZE / 2
+        {
+            return Ok(());
+        }
+        let page = 4096;
+        let p = libc::mmap(
+            core::ptr::null_mut(),
+            ALTSTACK_SIZE + page,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        );
+        if p == libc::MAP_FAILED {
+            return Err(CrashError::Os(std::io::Error::last_os_error()));
+        }
+        libc::mprotect(p, page, libc::PROT_NONE);
+        let ss = libc::stack_t {
+            ss_sp: p.cast::<u8>().add(page).cast(),
+            ss_flags: 0,
+            ss_size: ALTSTACK_SIZE,
+        };
+        if libc::sigaltstack(&ss, core::ptr::null_mut()) != 0 {
+            return Err(CrashError::Os(std::io::Error::last_os_error()));
+        }
+    }
+    Ok(())
+}
+
+/// Installs the crash handler for [`CRASH_SIGNALS`], writing reports to
+/// standard error. Builds the module table first if needed and gives the
+/// calling thread an alternate signal stack. Idempotent.
+pub fn install_crash_handler() -> Result<(), CrashError> {
+    install_crash_handler_to_fd(2)
+}
+
+/// Like [`install_crash_handler`], writing reports to `fd`.
+pub fn install_crash_handler_to_fd(fd: c_int) -> Result<(), CrashError> {
+    FD.store(fd, SeqCst);
+    if crate::modules::current().is_none() {
+        crate::init().map_err(CrashError::Init)?;
+    }
+    install_altstack()?;
+    if INSTALLED.swap(true, SeqCst) {
+        return Ok(());
+    }
+    // SAFETY: `previous` is filled before any of our handlers can run (each
+    // signal's slot is written by the same sigaction call that installs it);
+    // the new action is fully initialised.
+    unsafe {
+        let previous = &mut *SHARED.previous.get();
+        for (i, &sig) in CRASH_SIGNALS.iter().enumerate() {
+            let mut sa: libc::sigaction = core::mem::zeroed();
+            sa.sa_sigaction = on_crash as *const () as usize;
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+            libc::sigemptyset(&mut sa.sa_mask);
+            if libc::sigaction(sig, &sa, &mut previous[i]) != 0 {
+                return Err(CrashError::Os(std::io::Error::last_os_error()));
+            }
+        }
+    }
+    // Installing handlers taught glibc's restorer to the table; refresh so
+    // the walk recognises signal frames.
+    crate::refresh().map_err(CrashError::Init)?;
+    Ok(())
+}
+
+fn gettid() -> i32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
+}
+
+/// Puts back the dispositions that were there before ours (for every
+/// handled signal, so a follow-up signal such as the abort of Rust's
+/// stack-overflow handler is not reported twice) and sends the signal again,
+/// so the process ends the way it would have without us.
+fn restore_and_reraise(sig: c_int) {
+    // SAFETY: `previous` was filled at install; sigaction and tgkill are
+    // async-signal-safe. The signal stays blocked until the handler returns,
+    // so the new one is delivered then, under the restored disposition.
+    unsafe {
+        let previous = &*SHARED.previous.get();
+        for (i, &s) in CRASH_SIGNALS.iter().enumerate() {
+            libc::sigaction(s, &previous[i], core::ptr::null_mut());
+        }
+        libc::syscall(libc::SYS_tgkill, libc::getpid(), gettid(), sig);
+    }
+}
+
+fn sleep_ms(ms: i64) {
+    let ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: ms * 1_000_000,
+    };
+    // SAFETY: nanosleep with a valid timespec; async-signal-safe.
+    unsafe { libc::nanosleep(&ts, core::ptr::null_mut()) };
+}
+
+/// Size of the stack reports run on.
+const CRASH_STACK_SIZE: usize = 128 * 1024;
+
+/// The stack reports run on: the alternate signal stack of a thread may be
+/// small (Rust's standard library gives spawned threads `SIGSTKSZ`), so the
+/// handler switches to this one, which only the `OWNER` thread uses.
+#[repr(C, align(16))]
+struct CrashStack(UnsafeCell<[u8; CRASH_STACK_SIZE]>);
+
+// SAFETY: used only by the thread that holds OWNER.
+unsafe impl Sync for CrashStack {}
+
+static CRASH_STACK: CrashStack = CrashStack(UnsafeCell::new([0; CRASH_STACK_SIZE]));
+
+struct ReportArgs {
+    sig: c_int,
+    info: *mut libc::siginfo_t,
+    uc: *mut c_void,
+}
+
+extern "C" fn report_on_crash_stack(arg: *mut c_void) {
+    // SAFETY: `arg` is the ReportArgs of `on_crash`, whose fields come from
+    // the kernel; the caller owns OWNER, so the frame buffer is ours.
+    unsafe {
+        let a = &*(arg as *const ReportArgs);
+        let frames = &mut *SHARED.frames.get();
+        report(FD.load(SeqCst), a.sig, a.info, a.uc, frames);
+    }
+}
+
+/// Calls `f(arg)` with the stack pointer set to `top` (16-byte aligned),
+/// then returns to the current stack.
+///
+/// # Safety
+/// `top` must be the end of a writable region large enough for `f`, used by
+/// nothing else meanwhile.
+unsafe fn on_stack(top: *mut u8, f: extern "C" fn(*mut c_void), arg: *mut c_void) {
+    // SAFETY: the old sp is kept in a callee-saved register across the call,
+    // and restored; the new stack is 16-byte aligned as the ABI requires.
+    #[cfg(target_arch = "x86_64")]
+    unsafe {
+        core::arch::asm!(
+            "mov r12, rsp",
+            "mov rsp, {top}",
+            "call {f}",
+            "mov rsp, r12",
+            top = in(reg) top,
+            f = in(reg) f,
+            in("rdi") arg,
+            out("r12") _,
+            clobber_abi("C"),
+        )
+    };
+    // SAFETY: as above.
+    #[cfg(target_arch = "aarch64")]
+    unsafe {
+        core::arch::asm!(
+            "mov x20, sp",
+            "mov sp, {top}",
+            "blr {f}",
+            "mov sp, x20",
+            top = in(reg) top,
+            f = in(reg) f,
+            in("x0") arg,
+            out("x20") _,
+            clobber_abi("C"),
+        )
+    };
+}
+
+extern "C" fn on_crash(sig: c_int, info: *mut libc::siginfo_t, uc: *mut c_void) {
+    let tid = gettid();
+    PENDING.fetch_add(1, SeqCst);
+    // One report at a time. A thread that crashes inside its own report
+    // does not wait for itself: it skips straight to the original action.
+    loop {
+        match OWNER.compare_exchange(0, tid, SeqCst, SeqCst) {
+            Ok(_) => break,
+            Err(owner) if owner == tid => {
+                PENDING.fetch_sub(1, SeqCst);
+                restore_and_reraise(sig);
+                return;
+            }
+            Err(_) => sleep_ms(1),
+        }
+    }
+    let mut args = ReportArgs { sig, info, uc };
+    // SAFETY: this thread owns OWNER, so it alone uses the crash stack and
+    // the frame buffer; `info` and `uc` come from the kernel.
+    unsafe {
+        let top = (*CRASH_STACK.0.get()).as_mut_ptr().add(CRASH_STACK_SIZE);
+        on_stack(
+            top,
+            report_on_crash_stack,
+            (&mut args as *mut ReportArgs).cast(),
+        );
+    }
+    OWNER.store(0, SeqCst);
+    PENDING.fetch_sub(1, SeqCst);
+    // Let other crashing threads finish their reports before the process
+    // dies, but never wait forever.
+    // Threads crashing "at the same time" may not have entered the handler
+    // yet (two cores, eight threads): wait until none has been pending for
+    // 20 ms, for 2 s at most.
+    let mut quiet = 0;
+    for _ in 0..2000 {
+        quiet = if PENDING.load(SeqCst) == 0 {
+            quiet + 1
+        } else {
+            0
+        };
+        if quiet >= 20 {
+            break;
+        }
+        sleep_ms(1);
+    }
+    restore_and_reraise(sig);
+}
+
+/// The name of a signal this handler reports.
+pub fn signal_name(sig: c_int) -> &'static str {
+    match sig {
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGILL => "SIGILL",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGTRAP => "SIGTRAP",
+        _ => "signal",
+    }
+}
+
+/// Writes the calling thread's id and name: `thread 1234 "main"`.
+pub(crate) fn write_thread<S: crate::markup::Sink>(m: &mut Markup<'_, S>) {
+    let mut name = [0u8; 17];
+    // SAFETY: PR_GET_NAME writes at most 16 bytes plus a NUL into `name`.
+    unsafe { libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr()) };
+    let len = name.iter().position(|&b| b == 0).unwrap_or(16);
+    m.text("thread ").dec(gettid() as u64).text(" \"");
+    m.sanitized(&name[..len]).text("\"");
+}
+
+/// The whole report: header, registers, markup backtrace, trailer. Runs in
+/// the signal handler; everything it calls is async-signal-safe.
+///
+/// # Safety
+/// `info` and `uc` must be the kernel's arguments to an `SA_SIGINFO` handler.
+unsafe fn report(
+    fd: c_int,
+    sig: c_int,
+    info: *mut libc::siginfo_t,
+    uc: *mut c_void,
+    frames: &mut [Frame],
+) {
+    let mut sink = FdSink::new(fd);
+    let mut m = Markup::new(&mut sink);
+    // SAFETY: `info` is the kernel's siginfo_t.
+    let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as u64) };
+    m.text("stackmark: fatal signal ")
+        .dec(sig as u64)
+        .text(" (")
+        .text(signal_name(sig));
+    m.text("), code ")
+        .signed(i64::from(code))
+        .text(", fault address ")
+        .hex(addr)
+        .newline();
+    m.text("stackmark: ");
+    write_thread(&mut m);
+    m.newline();
+    // SAFETY: `uc` is the kernel's ucontext_t.
+    unsafe { crate::os::linux::write_registers(&mut m, uc) };
+    if FAULT_IN_REPORT.load(SeqCst) {
+        // SAFETY: none: the fault is the point (see `corrupt_for_test`).
+        unsafe { core::ptr::null_mut::<u64>().write_volatile(1) };
+    }
+    let n = match crate::modules::current() {
+        Some(table) => {
+            // SAFETY: `uc` is the kernel's ucontext_t.
+            let regs = unsafe { crate::os::regs_from_ucontext(uc) };
+            let opts = WalkOptions {
+                max_depth: frames.len(),
+                ..WalkOptions::default()
+            };
+            let n = crate::walk_from(regs, true, opts, frames);
+            m.backtrace(table.modules(), &frames[..n], Scope::AllModules);
+            n
+        }
+        None => {
+            m.text("stackmark: no module table (stackmark::init was not called)")
+                .newline();
+            0
+        }
+    };
+    m.text("stackmark: end of report (")
+        .dec(n as u64)
+        .text(" frames)")
+        .newline();
+}

@@ -1,0 +1,95 @@
+//! The panic hook: prints the panic message, its location and the thread,
+//! then the markup backtrace of the panicking thread, starting at the hook.
+
+use std::panic::PanicHookInfo;
+
+use crate::markup::{FdSink, Markup, Scope};
+use crate::walk::Frame;
+
+/// Most frames a panic report shows.
+pub const MAX_PANIC_FRAMES: usize = 128;
+
+/// How the panic hook behaves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PanicHookOptions {
+    /// Call the hook that was installed before (Rust's default prints the
+    /// message again, and its own backtrace if `RUST_BACKTRACE` is set).
+    pub chain_previous: bool,
+    /// The file descriptor the report goes to.
+    pub fd: i32,
+    /// Which modules the markup context describes.
+    pub scope: Scope,
+}
+
+impl Default for PanicHookOptions {
+    fn default() -> Self {
+        PanicHookOptions {
+            chain_previous: false,
+            fd: 2,
+            scope: Scope::AllModules,
+        }
+    }
+}
+
+/// Installs the panic hook with default options: reports go to standard
+/// error, the previous hook is not called. Builds the module table first if
+/// [`crate::init`] has not run.
+pub fn install_panic_hook() {
+    install_panic_hook_with(PanicHookOptions::default())
+}
+
+/// Installs the panic hook with `opts`.
+pub fn install_panic_hook_with(opts: PanicHookOptions) {
+    if crate::modules::current().is_none() {
+        let _ = crate::init();
+    }
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info, &opts);
+        if opts.chain_previous {
+            previous(info);
+        }
+    }));
+}
+
+/// Writes one panic report. Allocates nothing itself.
+#[inline(never)]
+fn report(info: &PanicHookInfo<'_>, opts: &PanicHookOptions) {
+    let mut frames = [Frame::default(); MAX_PANIC_FRAMES];
+    let n = crate::walk_here(&mut frames);
+    let mut sink = FdSink::new(opts.fd);
+    let mut m = Markup::new(&mut sink);
+    m.text("stackmark: panic in ");
+    crate::crash::write_thread(&mut m);
+    if let Some(name) = std::thread::current().name() {
+        m.text(" (").sanitized(name.as_bytes()).text(")");
+    }
+    m.newline();
+    if let Some(loc) = info.location() {
+        m.text("stackmark: at ")
+            .bytes(loc.file().as_bytes())
+            .text(":");
+        m.dec(u64::from(loc.line()))
+            .text(":")
+            .dec(u64::from(loc.column()))
+            .newline();
+    }
+    let message = info
+        .payload()
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| info.payload().downcast_ref::<String>().map(|s| s.as_str()));
+    m.text("stackmark: message: ");
+    match message {
+        Some(msg) => m.sanitized(msg.as_bytes()),
+        None => m.text("(not a string)"),
+    };
+    m.newline();
+    if let Some(table) = crate::modules::current() {
+        m.backtrace(table.modules(), &frames[..n], opts.scope);
+    }
+    m.text("stackmark: end of report (")
+        .dec(n as u64)
+        .text(" frames)")
+        .newline();
+}
