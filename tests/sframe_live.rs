@@ -1,0 +1,531 @@
+//! Sections from live producers, built on the spot, checked against the
+//! `.eh_frame` CFI of the same binary (read with gimli, a test-only oracle):
+//!
+//! * gcc `-O2 -fomit-frame-pointer -Wa,--gsframe`, linked by GNU ld: SFrame
+//!   version 1 in `PT_GNU_SFRAME`, for x86_64 and (aarch64-linux-gnu-gcc)
+//!   for AArch64, plain and with PAC-signed return addresses;
+//! * rustc `-C llvm-args=--gsframe`, linked by rust-lld with the crate's
+//!   linker script: version 2 with PCREL start addresses, one piece per
+//!   object, concatenated.
+//!
+//! For every function with an SFrame FDE, the SFrame row at every
+//! instruction boundary must give the CFA, RA and FP rules (and the signed-RA
+//! state) that the CFI gives there.
+
+mod sframe_support;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use gimli::{
+    BaseAddresses, CfaRule as GCfa, EhFrame, EhFrameHdr, EndianSlice, LittleEndian, RegisterRule,
+    UnwindContext, UnwindSection,
+};
+use object::{Object, ObjectSection};
+use sframe_support::scratch;
+use stackmark::formats::elf::{ElfFile, PT_GNU_SFRAME};
+use stackmark::formats::sframe::{Abi, CfaRule, RegRule, Row, SFrame};
+
+/// The C program: recursion, VLAs and alloca (CFA on the frame pointer),
+/// frames needing 2- and 4-byte offsets, many callee-saved registers, a
+/// function over 256 bytes and one over 64 KiB (2- and 4-byte FRE start
+/// addresses), a noreturn function and calls through the PLT.
+const C_PROGRAM: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <alloca.h>
+
+#define NOINLINE __attribute__((noinline))
+volatile long sink_v;
+NOINLINE void sink(long v) { sink_v += v; }
+
+NOINLINE long fib(long n) { return n < 2 ? n : fib(n - 1) + fib(n - 2) * 3; }
+
+NOINLINE long vla(int n) {
+  char buf[n];
+  memset(buf, n, n);
+  sink(buf[n / 2]);
+  return buf[0];
+}
+
+NOINLINE long with_alloca(int n) {
+  char *p = alloca(n);
+  memset(p, 1, n);
+  sink(p[n - 1]);
+  return p[0];
+}
+
+NOINLINE long medium_frame(int i) {
+  volatile char buf[1000];
+  buf[i] = 1;
+  sink(buf[i / 2]);
+  return buf[3];
+}
+
+NOINLINE long huge_frame(int i) {
+  volatile char buf[100000];
+  buf[i] = 1;
+  sink(buf[i / 2]);
+  return buf[7];
+}
+
+NOINLINE long many_regs(long a, long b, long c, long d, long e, long f) {
+  long x = a * b, y = c * d, z = e * f, w = a + f, u = b + e, t = c + d;
+  sink(x); sink(y); sink(z);
+  return x + y + z + w + u + t + fib(a & 7);
+}
+
+#define R2(x) x x
+#define R4(x) R2(R2(x))
+#define R16(x) R4(R4(x))
+#define R256(x) R16(R16(x))
+NOINLINE long long_function(long v) {
+  R16(sink(v++); v = v * 7 + 3;)
+  return fib(v & 3);
+}
+
+NOINLINE long very_long_function(long v) {
+  R4(R4(R2(R256(sink(v++);))))
+  return fib(v & 3);
+}
+
+NOINLINE __attribute__((noreturn)) void die(const char *why) {
+  fputs(why, stderr);
+  abort();
+}
+
+int main(int argc, char **argv) {
+  long n = argc > 1 ? strtol(argv[1], 0, 10) : 5;
+  if (n < 0)
+    die("negative\n");
+  long r = fib(n) + vla(n + 8) + with_alloca(n + 16) + medium_frame(n) + huge_frame(n);
+  r += many_regs(n, n + 1, n + 2, n + 3, n + 4, n + 5) + long_function(n) + very_long_function(n);
+  printf("%ld\n", r);
+  puts("done");
+  return 0;
+}
+"#;
+
+/// The Rust program: recursion, large frames (LLVM leaves out functions
+/// whose stack probes move the CFA off SP), and enough code in several
+/// codegen units for several objects.
+const RUST_PROGRAM: &str = r#"
+use std::hint::black_box;
+
+mod numbers {
+    #[inline(never)]
+    pub fn fib(n: u64) -> u64 {
+        if n < 2 { n } else { fib(n - 1).wrapping_add(fib(n - 2).wrapping_mul(3)) }
+    }
+
+    #[inline(never)]
+    pub fn big_frame(i: usize) -> u8 {
+        let mut buf = [0u8; 100_000];
+        buf[i % 100_000] = i as u8;
+        std::hint::black_box(&mut buf);
+        buf[(i * 7) % 100_000]
+    }
+}
+
+mod text {
+    #[inline(never)]
+    pub fn words(s: &str) -> Vec<String> {
+        s.split_whitespace().map(|w| w.to_uppercase()).collect()
+    }
+
+    #[inline(never)]
+    pub fn medium_frame(i: usize) -> u32 {
+        let mut buf = [0u32; 300];
+        buf[i % 300] = i as u32;
+        std::hint::black_box(&mut buf);
+        buf.iter().copied().fold(0, u32::wrapping_add)
+    }
+}
+
+fn main() {
+    let n = std::env::args().count() as u64;
+    let w = text::words(black_box("a quick brown fox"));
+    let r = numbers::fib(black_box(n + 10)) as usize + numbers::big_frame(n as usize) as usize;
+    let m = text::medium_frame(n as usize) as usize;
+    println!("{} {} {}", w.len(), r, m);
+}
+"#;
+
+fn run(cmd: &mut Command) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn build_c(dir: &Path, compiler: &str, extra: &[&str]) -> PathBuf {
+    let src = dir.join("prog.c");
+    std::fs::write(&src, C_PROGRAM).unwrap();
+    let exe = dir.join("prog");
+    run(Command::new(compiler)
+        .args(["-O2", "-fomit-frame-pointer", "-Wa,--gsframe"])
+        .args(extra)
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src));
+    exe
+}
+
+/// The registers the comparison needs, as DWARF numbers.
+struct Arch {
+    sp: gimli::Register,
+    fp: gimli::Register,
+    ra: gimli::Register,
+    pc: gimli::Register,
+}
+
+fn arch(abi: Abi) -> Arch {
+    match abi {
+        Abi::Amd64LittleEndian => Arch {
+            sp: gimli::X86_64::RSP,
+            fp: gimli::X86_64::RBP,
+            ra: gimli::X86_64::RA,
+            pc: gimli::X86_64::RA,
+        },
+        _ => Arch {
+            sp: gimli::AArch64::SP,
+            fp: gimli::AArch64::X29,
+            ra: gimli::AArch64::X30,
+            pc: gimli::Register(32),
+        },
+    }
+}
+
+/// Instruction addresses in `[lo, hi)`: from objdump on x86_64, every 4
+/// bytes on AArch64.
+fn instruction_boundaries(exe: &Path, abi: Abi, lo: u64, hi: u64) -> BTreeSet<u64> {
+    if abi != Abi::Amd64LittleEndian {
+        return (lo..hi).step_by(4).collect();
+    }
+    let out = Command::new("objdump")
+        .args(["-d", "--no-show-raw-insn"])
+        .arg(format!("--start-address={lo:#x}"))
+        .arg(format!("--stop-address={hi:#x}"))
+        .arg(exe)
+        .output()
+        .expect("run objdump");
+    assert!(out.status.success());
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let (addr, rest) = l.trim_start().split_once(":\t")?;
+            (!rest.is_empty()).then(|| u64::from_str_radix(addr, 16).ok())?
+        })
+        .collect()
+}
+
+/// The CFA a row gives with `sp` and `fp` holding these values.
+fn sframe_cfa(row: &Row, sp: u64, fp: u64) -> Option<u64> {
+    match row.cfa {
+        CfaRule::SpPlus(o) => sp.checked_add_signed(o.into()),
+        CfaRule::FpPlus(o) => fp.checked_add_signed(o.into()),
+        _ => None,
+    }
+}
+
+type Slice<'a> = EndianSlice<'a, LittleEndian>;
+
+/// The `.eh_frame` side of a binary.
+struct Cfi<'a> {
+    eh_frame: EhFrame<Slice<'a>>,
+    bases: BaseAddresses,
+    hdr: gimli::ParsedEhFrameHdr<Slice<'a>>,
+}
+
+impl<'a> Cfi<'a> {
+    fn new(file: &'a [u8], abi: Abi) -> Cfi<'a> {
+        let obj = object::File::parse(file).unwrap();
+        let section = |name| {
+            let s = obj
+                .section_by_name(name)
+                .unwrap_or_else(|| panic!("no {name}"));
+            (s.address(), s.data().unwrap())
+        };
+        let (eh_addr, eh_data) = section(".eh_frame");
+        let (hdr_addr, hdr_data) = section(".eh_frame_hdr");
+        let text_addr = obj.section_by_name(".text").unwrap().address();
+        let mut eh_frame = EhFrame::new(eh_data, LittleEndian);
+        eh_frame.set_address_size(8);
+        if abi != Abi::Amd64LittleEndian {
+            eh_frame.set_vendor(gimli::Vendor::AArch64);
+        }
+        let bases = BaseAddresses::default()
+            .set_eh_frame(eh_addr)
+            .set_eh_frame_hdr(hdr_addr)
+            .set_text(text_addr);
+        let hdr = EhFrameHdr::new(hdr_data, LittleEndian)
+            .parse(&bases, 8)
+            .unwrap();
+        Cfi {
+            eh_frame,
+            bases,
+            hdr,
+        }
+    }
+}
+
+/// What one comparison covered.
+#[derive(Default, Debug)]
+struct Tally {
+    functions: usize,
+    pcs: usize,
+    pc_mask: usize,
+    expressions: usize,
+    fp_based: usize,
+    fp_saved: usize,
+    ra_saved: usize,
+    mangled: usize,
+    addr_sizes: BTreeSet<u8>,
+    word_sizes: BTreeSet<u8>,
+}
+
+/// Checks every SFrame function of `sframe` against the CFI in `file`, at
+/// every instruction boundary.
+fn compare_with_cfi(exe: &Path, file: &[u8], sframe: &SFrame<'_>) -> Tally {
+    let abi = sframe.abi();
+    let regs = arch(abi);
+    let cfi = Cfi::new(file, abi);
+    let table = cfi.hdr.table().expect(".eh_frame_hdr has a search table");
+    let (lo, hi) = sframe.pc_range().expect("functions");
+    let boundaries = instruction_boundaries(exe, abi, lo, hi);
+    let mut ctx = UnwindContext::new();
+    let mut tally = Tally::default();
+    for f in sframe.functions() {
+        let (start, end) = (f.fde.start, f.fde.start + u64::from(f.fde.size));
+        tally.functions += 1;
+        tally.pc_mask += usize::from(f.fde.pc_mask);
+        tally.addr_sizes.insert(f.fde.addr_size);
+        for fre in f.fres() {
+            tally.word_sizes.insert(fre.word_size);
+        }
+        let fde = table
+            .fde_for_address(&cfi.eh_frame, &cfi.bases, start, EhFrame::cie_from_offset)
+            .unwrap_or_else(|e| panic!("no CFI for the SFrame function at {start:#x}: {e}"));
+        assert!(
+            fde.initial_address() <= start && end <= fde.end_address(),
+            "the SFrame function {start:#x}..{end:#x} is not inside its CFI FDE"
+        );
+        let mut rows = Vec::new();
+        let mut iter = fde.rows(&cfi.eh_frame, &cfi.bases, &mut ctx).unwrap();
+        while let Some(r) = iter.next_row().unwrap() {
+            rows.push(r.clone());
+        }
+        for &pc in boundaries.range(start..end) {
+            let cfi_row = rows
+                .iter()
+                .find(|r| r.contains(pc))
+                .unwrap_or_else(|| panic!("no CFI row at {pc:#x}"));
+            let row = sframe
+                .find_row(pc)
+                .unwrap_or_else(|| panic!("no SFrame row at {pc:#x}"));
+            assert_eq!((row.func_start, row.func_size), (start, f.fde.size));
+            let at = format!("at {pc:#x} (function {start:#x}): {row:?} vs {cfi_row:?}");
+
+            // CFA: the same register and offset, or the same value as the
+            // CFI expression (PLT entries) for sample register values.
+            let (sp, fp) = (0x7ffd_0000_1000u64, 0x7ffd_0000_8000u64);
+            match cfi_row.cfa() {
+                GCfa::RegisterAndOffset { register, offset } => {
+                    let want = match row.cfa {
+                        CfaRule::SpPlus(o) => (regs.sp, o),
+                        CfaRule::FpPlus(o) => (regs.fp, o),
+                        CfaRule::RegPlus { reg, offset } => (gimli::Register(reg), offset),
+                        CfaRule::AtRegPlus { .. } => panic!("a load where CFI has none {at}"),
+                    };
+                    assert_eq!(
+                        (*register, *offset),
+                        (want.0, i64::from(want.1)),
+                        "CFA {at}"
+                    );
+                    tally.fp_based += usize::from(*register == regs.fp);
+                }
+                GCfa::Expression(e) => {
+                    let expr = e.get(&cfi.eh_frame).unwrap();
+                    let encoding = gimli::Encoding {
+                        format: gimli::Format::Dwarf32,
+                        version: 4,
+                        address_size: 8,
+                    };
+                    let mut eval = expr.evaluation(encoding);
+                    let mut state = eval.evaluate().unwrap();
+                    while let gimli::EvaluationResult::RequiresRegister { register, .. } = state {
+                        let value = match register {
+                            r if r == regs.sp => sp,
+                            r if r == regs.fp => fp,
+                            r if r == regs.pc => pc,
+                            r => panic!("CFA expression reads register {r:?} {at}"),
+                        };
+                        state = eval
+                            .resume_with_register(gimli::Value::Generic(value))
+                            .unwrap();
+                    }
+                    assert!(matches!(state, gimli::EvaluationResult::Complete), "{at}");
+                    let cfa = match eval.result()[0].location {
+                        gimli::Location::Address { address } => address,
+                        ref l => panic!("CFA expression gives {l:?} {at}"),
+                    };
+                    assert_eq!(sframe_cfa(&row, sp, fp), Some(cfa), "CFA value {at}");
+                    tally.expressions += 1;
+                }
+            }
+
+            // RA and FP: saved at the same CFA offset, or not saved at all.
+            let saved = |rule: RegisterRule<usize>| match rule {
+                RegisterRule::Offset(o) => RegRule::AtCfa(o as i32),
+                RegisterRule::Undefined | RegisterRule::SameValue => RegRule::SameValue,
+                other => panic!("CFI rule {other:?} {at}"),
+            };
+            assert_eq!(row.ra, saved(cfi_row.register(regs.ra)), "RA {at}");
+            assert_eq!(row.fp, saved(cfi_row.register(regs.fp)), "FP {at}");
+            if abi == Abi::Aarch64LittleEndian {
+                let signed = matches!(
+                    cfi_row.register(gimli::AArch64::RA_SIGN_STATE),
+                    RegisterRule::Constant(1)
+                );
+                assert_eq!(row.mangled_ra, signed, "signed RA {at}");
+                tally.mangled += usize::from(signed);
+                tally.ra_saved += usize::from(matches!(row.ra, RegRule::AtCfa(_)));
+            }
+            tally.fp_saved += usize::from(matches!(row.fp, RegRule::AtCfa(_)));
+            tally.pcs += 1;
+        }
+    }
+    tally
+}
+
+/// The `PT_GNU_SFRAME` segment of a GNU ld output, parsed.
+fn gnu_sframe(file: &[u8]) -> SFrame<'_> {
+    let elf = ElfFile::parse(file).unwrap();
+    let ph = elf
+        .program_headers()
+        .find(|p| p.p_type == PT_GNU_SFRAME)
+        .expect("GNU ld makes PT_GNU_SFRAME");
+    let data = &file[ph.offset as usize..(ph.offset + ph.filesz) as usize];
+    SFrame::parse(data, ph.vaddr).unwrap()
+}
+
+#[test]
+fn gcc_and_gnu_ld_on_x86_64_give_version_1_matching_the_cfi() {
+    let dir = scratch("gcc-x86_64");
+    let exe = build_c(&dir, "gcc", &[]);
+    let file = std::fs::read(&exe).unwrap();
+    let sframe = gnu_sframe(&file);
+    assert_eq!(
+        (sframe.abi(), sframe.version(), sframe.piece_count()),
+        (Abi::Amd64LittleEndian, 1, 1)
+    );
+    assert!(sframe.header().sorted());
+    let t = compare_with_cfi(&exe, &file, &sframe);
+    // PLT0, the PLT entries (PCMASK, CFA by expression in the CFI), the
+    // C functions, with every offset and start-address size.
+    assert!(t.functions >= 12 && t.pcs > 300, "{t:?}");
+    assert!(t.pc_mask >= 1 && t.expressions > 0, "{t:?}");
+    assert!(t.fp_based > 0 && t.fp_saved > 0, "{t:?}");
+    assert_eq!(t.addr_sizes, BTreeSet::from([1, 2, 4]), "{t:?}");
+    assert_eq!(t.word_sizes, BTreeSet::from([1, 2, 4]), "{t:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn aarch64_gcc_and_gnu_ld_give_version_1_matching_the_cfi() {
+    let dir = scratch("gcc-aarch64");
+    let exe = build_c(&dir, "aarch64-linux-gnu-gcc", &[]);
+    let file = std::fs::read(&exe).unwrap();
+    let sframe = gnu_sframe(&file);
+    assert_eq!(
+        (sframe.abi(), sframe.version()),
+        (Abi::Aarch64LittleEndian, 1)
+    );
+    let t = compare_with_cfi(&exe, &file, &sframe);
+    assert!(t.functions >= 10 && t.pcs > 20000, "{t:?}");
+    assert!(t.fp_based > 0 && t.fp_saved > 0 && t.ra_saved > 0, "{t:?}");
+    assert_eq!(t.addr_sizes, BTreeSet::from([1, 2, 4]), "{t:?}");
+    assert_eq!(t.word_sizes, BTreeSet::from([1, 2, 4]), "{t:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn replace_all(data: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+    let mut out = data.to_vec();
+    let mut count = 0;
+    for i in 0..out.len().saturating_sub(from.len()) {
+        if &out[i..i + from.len()] == from {
+            out[i..i + from.len()].copy_from_slice(to);
+            count += 1;
+        }
+    }
+    assert!(count > 0, "no {from:?} found");
+    out
+}
+
+#[test]
+fn aarch64_pac_signed_return_addresses_match_the_cfi_sign_state() {
+    for (key, b_key) in [("pac-ret+leaf", false), ("pac-ret+leaf+b-key", true)] {
+        let dir = scratch(key);
+        let exe = build_c(
+            &dir,
+            "aarch64-linux-gnu-gcc",
+            &[&format!("-mbranch-protection={key}")],
+        );
+        let file = std::fs::read(&exe).unwrap();
+        let sframe = gnu_sframe(&file);
+        // gimli does not know the CIE augmentation 'B' (key B): the oracle
+        // reads a copy where it is 'S', which changes no rule.
+        let cfi_file = if b_key {
+            replace_all(&file, b"zRB\0", b"zRS\0")
+        } else {
+            file.clone()
+        };
+        let t = compare_with_cfi(&exe, &cfi_file, &sframe);
+        assert!(t.mangled > 100, "{key}: {t:?}");
+        // Every function signs, and says with which key.
+        assert!(
+            sframe.functions().all(|f| f.fde.pauth_key_b == b_key),
+            "{key}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[test]
+fn rustc_and_rust_lld_give_concatenated_pcrel_version_2_matching_the_cfi() {
+    let dir = scratch("rustc");
+    let src = dir.join("prog.rs");
+    std::fs::write(&src, RUST_PROGRAM).unwrap();
+    let exe = dir.join("prog");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("link/sframe.ld");
+    run(Command::new("rustc")
+        .args(["-O", "-C", "codegen-units=4", "-C", "llvm-args=--gsframe"])
+        .arg("-C")
+        .arg(format!("link-arg=-Wl,-T,{}", script.display()))
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src));
+    let file = std::fs::read(&exe).unwrap();
+    let elf = ElfFile::parse(&file).unwrap();
+    assert!(
+        elf.program_headers().all(|p| p.p_type != PT_GNU_SFRAME),
+        "lld makes no PT_GNU_SFRAME"
+    );
+    let section = elf.section_by_name(b".sframe").expect(".sframe kept");
+    let data = elf.section_data(&section).unwrap();
+    let sframe = SFrame::parse(data, section.addr).unwrap();
+    assert!(sframe.piece_count() >= 2, "{}", sframe.piece_count());
+    for piece in sframe.pieces() {
+        assert_eq!(piece.version(), 2);
+        assert!(piece.header().pcrel());
+    }
+    assert_eq!(sframe.pieces().count() as u32, sframe.piece_count());
+    let t = compare_with_cfi(&exe, &file, &sframe);
+    assert!(t.functions >= 10 && t.pcs > 200 && t.fp_saved > 0, "{t:?}");
+    assert!(t.word_sizes.contains(&2), "{t:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
