@@ -10,7 +10,43 @@
 //! `thread-overflow`, `threads` (8 threads crash at once), `nested` (the
 //! handler itself faults).
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
+
+/// Forwards to the system allocator, but ends the process with status 99
+/// if called while this thread writes a crash report: reports must not
+/// allocate.
+struct GuardAlloc;
+
+fn guard() {
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
+    if stackmark::crash::reporting_thread() == tid {
+        let msg = b"stackmark example: allocation during a crash report\n";
+        // SAFETY: write and _exit are async-signal-safe.
+        unsafe {
+            libc::write(2, msg.as_ptr().cast(), msg.len());
+            libc::_exit(99);
+        }
+    }
+}
+
+// SAFETY: forwards to the system allocator.
+unsafe impl GlobalAlloc for GuardAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        guard();
+        // SAFETY: forwarded unchanged.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        guard();
+        // SAFETY: forwarded unchanged.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: GuardAlloc = GuardAlloc;
 
 /// Performs an invalid write through a null pointer.
 #[no_mangle]

@@ -63,6 +63,12 @@ static FD: AtomicI32 = AtomicI32::new(2);
 /// Test hook: make the report itself fault.
 static FAULT_IN_REPORT: AtomicBool = AtomicBool::new(false);
 
+/// The thread id writing a crash report right now, or 0. Lets a test
+/// allocator prove that reports never allocate.
+pub fn reporting_thread() -> i32 {
+    OWNER.load(SeqCst)
+}
+
 /// Makes the next crash report fault half-way, to test that a crash inside
 /// the handler ends the process instead of looping. For tests only.
 #[doc(hidden)]
@@ -387,7 +393,7 @@ unsafe fn report(
                 ..WalkOptions::default()
             };
             let n = crate::walk_from(regs, true, opts, frames);
-            m.backtrace(table.modules(), &frames[..n], Scope::AllModules);
+            m.backtrace(table.modules(), &frames[..n], Scope::TraceModules);
             n
         }
         None => {

@@ -26,7 +26,7 @@ impl Default for PanicHookOptions {
         PanicHookOptions {
             chain_previous: false,
             fd: 2,
-            scope: Scope::AllModules,
+            scope: Scope::TraceModules,
         }
     }
 }

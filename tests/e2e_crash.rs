@@ -1,0 +1,334 @@
+//! End to end: the crash and panic examples run as child processes; their
+//! standard error goes through the real `llvm-symbolizer --filter-markup`
+//! (LLVM 16 and 19) with a `.build-id` tree, and the symbolized trace must
+//! name the call chain in order with the faulting line.
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn examples_dir() -> PathBuf {
+    // target/<triple>/debug/deps/e2e_crash-... -> target/<triple>/debug/examples
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().unwrap().parent().unwrap().join("examples")
+}
+
+/// Runs an example binary; under a cross runner the child needs qemu too.
+fn run_example(name: &str, args: &[&str]) -> Output {
+    let bin = examples_dir().join(name);
+    assert!(bin.exists(), "{} is built by cargo test", bin.display());
+    let qemu = || {
+        Command::new("qemu-aarch64")
+            .args(["-L", "/usr/aarch64-linux-gnu"])
+            .arg(&bin)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    match Command::new(&bin).args(args).output() {
+        // Under qemu-user the exec of a foreign binary fails in the child
+        // (status 127, nothing printed) or in the parent (ENOEXEC).
+        Ok(out)
+            if cfg!(target_arch = "aarch64")
+                && out.status.code() == Some(127)
+                && out.stderr.is_empty() =>
+        {
+            qemu()
+        }
+        Ok(out) => out,
+        Err(e) if e.raw_os_error() == Some(libc::ENOEXEC) => qemu(),
+        Err(e) => panic!("running {}: {e}", bin.display()),
+    }
+}
+
+fn build_id_tree(files: &[&Path]) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("stackmark-buildid-{}", std::process::id()));
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-id-tree.sh");
+    let status = Command::new("bash")
+        .arg(script)
+        .arg(&dir)
+        .args(files)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    dir
+}
+
+fn symbolize(tool: &str, tree: &Path, input: &[u8]) -> (String, String) {
+    use std::io::Write;
+    let mut child = Command::new(tool)
+        .arg("--filter-markup")
+        .arg(format!("--debug-file-directory={}", tree.display()))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{tool}: {e} (scripts/test.sh installs llvm-16 and llvm-19)"));
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The function of each symbolized frame `#N` (the outermost entry when
+/// inlined frames `#N.M` precede it), in order.
+fn frame_functions(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .filter_map(|l| {
+            let l = l.trim_start();
+            let rest = l.strip_prefix('#')?;
+            let (num, rest) = rest.split_once(char::is_whitespace)?;
+            if num.contains('.') || num.parse::<u32>().is_err() {
+                return None;
+            }
+            let mut words = rest.split_whitespace();
+            let _addr = words.next()?;
+            let func = words.next()?.to_string();
+            let loc = words.next().unwrap_or("").to_string();
+            Some((func, loc))
+        })
+        .collect()
+}
+
+fn line_of(marker: &str, file: &str) -> usize {
+    let src = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file)).unwrap();
+    src.lines().position(|l| l.contains(marker)).unwrap() + 1
+}
+
+/// The paths of the modules a report names (`{{{module:ID:PATH:elf:...}}}`).
+fn module_paths(report: &[u8]) -> Vec<PathBuf> {
+    String::from_utf8_lossy(report)
+        .lines()
+        .filter_map(|l| l.strip_prefix("{{{module:"))
+        .filter_map(|l| l.split(':').nth(1).map(PathBuf::from))
+        // Under qemu-user the guest's libraries live in the cross sysroot.
+        .map(|p| {
+            let cross = Path::new("/usr/aarch64-linux-gnu").join(p.strip_prefix("/").unwrap_or(&p));
+            if cfg!(target_arch = "aarch64") && cross.exists() {
+                cross
+            } else {
+                p
+            }
+        })
+        .filter(|p| p.exists())
+        .collect()
+}
+
+/// A build-ID tree holding the example and every module its report names.
+fn tree_for(bin: &str, report: &[u8]) -> PathBuf {
+    let mut files = module_paths(report);
+    files.push(examples_dir().join(bin));
+    let refs: Vec<&Path> = files.iter().map(|p| p.as_path()).collect();
+    build_id_tree(&refs)
+}
+
+fn check_symbolized(out: &Output, bin: &str, chain: &[&str], site: (&str, &str)) {
+    let stderr = &out.stderr;
+    let tree = tree_for(bin, stderr);
+    let want_line = format!("{}:{}:", site.1, line_of(site.0, site.1));
+    for tool in ["llvm-symbolizer-16", "llvm-symbolizer-19"] {
+        let (text, errors) = symbolize(tool, &tree, stderr);
+        assert!(
+            !errors.to_lowercase().contains("error") && !text.contains("error:"),
+            "{tool} reported errors: {errors}\n{text}"
+        );
+        let frames = frame_functions(&text);
+        let names: Vec<&str> = frames.iter().map(|(f, _)| f.as_str()).collect();
+        let first = names
+            .iter()
+            .position(|n| *n == chain[0])
+            .unwrap_or_else(|| panic!("{tool}: no {} in {names:?}\n{text}", chain[0]));
+        let got: Vec<&str> = names[first..].iter().take(chain.len()).copied().collect();
+        let matches = got.len() == chain.len()
+            && got
+                .iter()
+                .zip(chain)
+                .all(|(g, w)| g == w || g.starts_with(&format!("{w}::h")));
+        assert!(matches, "{tool}: {got:?} != {chain:?}\n{text}");
+        assert!(
+            frames[first].1.ends_with(&want_line[..want_line.len() - 1])
+                || frames[first].1.contains(&want_line),
+            "{tool}: frame {} at {}, want {want_line}\n{text}",
+            chain[0],
+            frames[first].1
+        );
+    }
+}
+
+#[test]
+fn crash_report_symbolizes_to_the_call_chain_and_faulting_line() {
+    let out = run_example("crash", &["segv"]);
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGSEGV),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        text.contains("stackmark: fatal signal 11 (SIGSEGV)"),
+        "{text}"
+    );
+    assert!(text.contains("fault address 0x0000000000000000"), "{text}");
+    assert!(
+        text.contains("{{{bt:0:0x") && text.contains(":pc}}} context"),
+        "{text}"
+    );
+    check_symbolized(
+        &out,
+        "crash",
+        &[
+            "write_through_null",
+            "rust_callback",
+            "c_level_2",
+            "c_level_1",
+            "rust_entry",
+            "crash::main",
+        ],
+        ("CRASH-SITE", "examples/crash.rs"),
+    );
+}
+
+#[test]
+fn panic_report_symbolizes_to_the_panicking_function_and_main() {
+    let out = run_example("panic", &[]);
+    let text = String::from_utf8_lossy(&out.stderr);
+    // A panic escaping an extern "C" function aborts the process.
+    assert_eq!(out.status.signal(), Some(libc::SIGABRT), "{text}");
+    assert!(text.contains("stackmark: panic in thread"), "{text}");
+    assert!(text.contains("(main)"), "thread name: {text}");
+    assert!(
+        text.contains("stackmark: message: the example panics with x = 42"),
+        "{text}"
+    );
+    let line = line_of("PANIC-SITE", "examples/panic.rs");
+    assert!(
+        text.contains(&format!("stackmark: at examples/panic.rs:{line}:")),
+        "{text}"
+    );
+    let tree = tree_for("panic", &out.stderr);
+    for tool in ["llvm-symbolizer-16", "llvm-symbolizer-19"] {
+        let (sym, errors) = symbolize(tool, &tree, &out.stderr);
+        assert!(!errors.to_lowercase().contains("error"), "{tool}: {errors}");
+        let names: Vec<String> = frame_functions(&sym).into_iter().map(|(f, _)| f).collect();
+        let p = names.iter().position(|n| n == "panicking_function");
+        let m = names.iter().position(|n| n.starts_with("panic::main"));
+        assert!(
+            matches!((p, m), (Some(p), Some(m)) if p < m),
+            "{tool}: {names:?}\n{sym}"
+        );
+    }
+}
+
+/// One whole report: from its header line to its trailer, with nothing of
+/// another report in between.
+fn reports(text: &str) -> Vec<Vec<&str>> {
+    let mut out: Vec<Vec<&str>> = Vec::new();
+    let mut open = false;
+    for l in text.lines() {
+        if l.starts_with("stackmark: fatal signal") {
+            assert!(!open, "a report started inside another:\n{text}");
+            open = true;
+            out.push(vec![l]);
+        } else if open {
+            out.last_mut().unwrap().push(l);
+            if l.starts_with("stackmark: end of report") {
+                open = false;
+            }
+        }
+    }
+    assert!(!open, "a report was cut off:\n{text}");
+    out
+}
+
+#[test]
+fn every_handled_signal_gives_one_whole_report_and_the_original_death() {
+    for (mode, sig) in [
+        ("segv", libc::SIGSEGV),
+        ("bus", libc::SIGBUS),
+        ("ill", libc::SIGILL),
+        ("fpe", libc::SIGFPE),
+        ("abrt", libc::SIGABRT),
+        ("trap", libc::SIGTRAP),
+    ] {
+        let out = run_example("crash", &[mode]);
+        let text = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.signal(), Some(sig), "{mode}: {text}");
+        let r = reports(&text);
+        assert_eq!(r.len(), 1, "{mode}: {text}");
+        assert!(
+            r[0][0].contains(&format!("fatal signal {sig} ")),
+            "{mode}: {text}"
+        );
+        assert!(
+            r[0].iter().any(|l| l.starts_with("{{{bt:0:")),
+            "{mode}: {text}"
+        );
+    }
+}
+
+#[test]
+fn stack_overflows_are_reported_on_the_main_thread_and_on_a_spawned_one() {
+    for mode in ["overflow", "thread-overflow"] {
+        let out = run_example("crash", &[mode]);
+        let text = String::from_utf8_lossy(&out.stderr);
+        let sig = out.status.signal();
+        assert!(
+            matches!(sig, Some(libc::SIGSEGV) | Some(libc::SIGABRT)),
+            "{mode}: {sig:?} {text}"
+        );
+        let r = reports(&text);
+        assert_eq!(r.len(), 1, "{mode}: {text}");
+        // The recursion fills the report up to its depth limit.
+        let frames = r[0].iter().filter(|l| l.starts_with("{{{bt:")).count();
+        assert!(frames > 100, "{mode}: {frames} frames\n{text}");
+    }
+}
+
+#[test]
+fn eight_threads_crashing_at_once_give_whole_separate_reports() {
+    let out = run_example("crash", &["threads"]);
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{text}");
+    let r = reports(&text);
+    assert!(!r.is_empty() && r.len() <= 8, "{text}");
+    for report in &r {
+        assert!(
+            report.iter().any(|l| l.contains("\"crasher-")),
+            "{report:#?}"
+        );
+        assert!(
+            report
+                .iter()
+                .filter(|l| l.starts_with("{{{reset}}}"))
+                .count()
+                == 1
+        );
+    }
+}
+
+#[test]
+fn a_fault_inside_the_handler_ends_the_process_instead_of_looping() {
+    let start = std::time::Instant::now();
+    let out = run_example("crash", &["nested"]);
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{text}");
+    assert_eq!(text.matches("stackmark: fatal signal").count(), 1, "{text}");
+    assert!(start.elapsed().as_secs() < 30);
+}
+
+#[test]
+fn crash_reports_never_allocate() {
+    // The example's allocator exits with 99 if called during a report.
+    let out = run_example("crash", &["segv"]);
+    assert_ne!(
+        out.status.code(),
+        Some(99),
+        "{:?} {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{:?}", out.status);
+}
