@@ -439,3 +439,17 @@ pub(crate) fn refresh_with(
     REGISTRY.writing.store(false, SeqCst);
     Ok(generation)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The README states the table's fixed memory; keep it honest.
+    #[test]
+    fn the_two_tables_take_the_documented_fixed_memory() {
+        let bytes = 2 * core::mem::size_of::<Table>();
+        println!("module tables: {bytes} bytes");
+        assert!(bytes <= 1024 * 1024, "{bytes}");
+        assert!(bytes > MAX_MODULES * (MAX_NAME + MAX_SEGMENTS * 32));
+    }
+}
