@@ -10,7 +10,8 @@
 //!
 //! For every function with an SFrame FDE, the SFrame row at every
 //! instruction boundary must give the CFA, RA and FP rules (and the signed-RA
-//! state) that the CFI gives there.
+//! state) that the CFI gives there. Where the installed binutils reads the
+//! section, `sframe_dump FILE` must also print what `objdump --sframe` does.
 
 mod sframe_support;
 
@@ -23,7 +24,7 @@ use gimli::{
     UnwindContext, UnwindSection,
 };
 use object::{Object, ObjectSection};
-use sframe_support::scratch;
+use sframe_support::{function_lines, run_dump, scratch};
 use stackmark::formats::elf::{ElfFile, PT_GNU_SFRAME};
 use stackmark::formats::sframe::{Abi, CfaRule, RegRule, Row, SFrame};
 
@@ -402,6 +403,23 @@ fn compare_with_cfi(exe: &Path, file: &[u8], sframe: &SFrame<'_>) -> Tally {
     tally
 }
 
+/// `sframe_dump FILE` (ELF mode) prints what the installed objdump prints
+/// for the same file, from the first function on.
+fn assert_dump_matches_objdump(exe: &Path, objdump: &str) {
+    let (ok, ours, err) = run_dump(&[exe.as_os_str()]);
+    assert!(ok, "sframe_dump failed: {err}");
+    let out = Command::new(objdump)
+        .arg("--sframe")
+        .arg(exe)
+        .output()
+        .expect("run objdump");
+    assert!(out.status.success());
+    let theirs = String::from_utf8_lossy(&out.stdout);
+    let (ours, theirs) = (function_lines(&ours), function_lines(&theirs));
+    assert!(theirs.len() > 40, "{objdump} printed {theirs:?}");
+    assert_eq!(ours, theirs, "sframe_dump and {objdump} differ");
+}
+
 /// The `PT_GNU_SFRAME` segment of a GNU ld output, parsed.
 fn gnu_sframe(file: &[u8]) -> SFrame<'_> {
     let elf = ElfFile::parse(file).unwrap();
@@ -432,6 +450,7 @@ fn gcc_and_gnu_ld_on_x86_64_give_version_1_matching_the_cfi() {
     assert!(t.fp_based > 0 && t.fp_saved > 0, "{t:?}");
     assert_eq!(t.addr_sizes, BTreeSet::from([1, 2, 4]), "{t:?}");
     assert_eq!(t.word_sizes, BTreeSet::from([1, 2, 4]), "{t:?}");
+    assert_dump_matches_objdump(&exe, "objdump");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -450,6 +469,7 @@ fn aarch64_gcc_and_gnu_ld_give_version_1_matching_the_cfi() {
     assert!(t.fp_based > 0 && t.fp_saved > 0 && t.ra_saved > 0, "{t:?}");
     assert_eq!(t.addr_sizes, BTreeSet::from([1, 2, 4]), "{t:?}");
     assert_eq!(t.word_sizes, BTreeSet::from([1, 2, 4]), "{t:?}");
+    assert_dump_matches_objdump(&exe, "aarch64-linux-gnu-objdump");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -491,6 +511,7 @@ fn aarch64_pac_signed_return_addresses_match_the_cfi_sign_state() {
             sframe.functions().all(|f| f.fde.pauth_key_b == b_key),
             "{key}"
         );
+        assert_dump_matches_objdump(&exe, "aarch64-linux-gnu-objdump");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
