@@ -383,3 +383,115 @@ fn walks_through_a_dlopened_sframe_library_after_a_refresh() {
     assert_eq!(frames[2].method, Method::SFrame, "{frames:#?}");
     assert_eq!(frames[3].method, Method::SFrame, "{frames:#?}");
 }
+
+// --- Pointer authentication (AArch64) --------------------------------------------
+
+#[cfg(target_arch = "aarch64")]
+#[no_mangle]
+#[inline(never)]
+extern "C" fn sm_test_pac_outer(key_b: bool) -> u64 {
+    // SAFETY: fixture functions only call the callback.
+    black_box(unsafe {
+        if key_b {
+            fx::c_pacb_level_1(sm_test_cb_walk, black_box(3))
+        } else {
+            fx::c_paca_level_1(sm_test_cb_walk, black_box(3))
+        }
+    }) + 1
+}
+
+#[cfg(target_arch = "aarch64")]
+#[test]
+fn walks_through_frames_with_signed_return_addresses_with_keys_a_and_b() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    setup();
+    for (key_b, prefix) in [(false, "c_paca_"), (true, "c_pacb_")] {
+        sm_test_pac_outer(key_b);
+        let frames = take_frames();
+        let got = names(&frames);
+        let l2 = format!("{prefix}level_2");
+        let l1 = format!("{prefix}level_1");
+        assert_chain(&got, 0, &["sm_test_cb_walk", &l2, &l1, "sm_test_pac_outer"]);
+        assert_eq!(frames[2].method, Method::SFrame, "{frames:#?}");
+        assert_eq!(frames[3].method, Method::SFrame, "{frames:#?}");
+    }
+}
+
+// --- A leaf interrupted by a signal --------------------------------------------
+
+static LEAF_SAMPLE: Mutex<Vec<Frame>> = Mutex::new(Vec::new());
+static LEAF_HITS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+extern "C" fn on_prof_leaf(_sig: i32, _info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+    let mut frames = [Frame::default(); 32];
+    // SAFETY: `uc` is the kernel's ucontext_t.
+    let n = unsafe { stackmark::walk_ucontext(uc, &mut frames) };
+    // Keep the first sample whose frame 0 is in the leaf (try_lock: never
+    // block in a handler).
+    if let Ok(mut keep) = LEAF_SAMPLE.try_lock() {
+        if keep.is_empty()
+            && n > 0
+            && common::symbol_at(frames[0].pc).as_deref() == Some("c_hot_leaf")
+        {
+            keep.extend_from_slice(&frames[..n]);
+            LEAF_HITS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+}
+
+#[no_mangle]
+#[inline(never)]
+extern "C" fn sm_test_leaf_outer() -> u64 {
+    // SAFETY: a plain computation in the fixture.
+    black_box(unsafe { fx::c_hot_caller(black_box(2_000_000)) })
+}
+
+#[test]
+fn walks_out_of_a_leaf_interrupted_by_a_signal_with_the_return_address_in_a_register() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    setup();
+    // SAFETY: a SIGPROF handler used only by this test, sent to this thread.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_prof_leaf as *const () as usize;
+        sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+        libc::sigaction(libc::SIGPROF, &sa, std::ptr::null_mut());
+    }
+    stackmark::refresh().unwrap();
+    // Load the symbol table now, not in the handler.
+    assert_eq!(
+        common::symbol_at(fx::c_hot_leaf as usize as u64).as_deref(),
+        Some("c_hot_leaf")
+    );
+    // SAFETY: pthread_self has no preconditions.
+    let me = unsafe { libc::pthread_self() };
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let pinger = {
+        let done = done.clone();
+        let me = me as usize;
+        std::thread::spawn(move || {
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                // SAFETY: signals the test thread, which handles SIGPROF.
+                unsafe { libc::pthread_kill(me as libc::pthread_t, libc::SIGPROF) };
+                std::thread::sleep(std::time::Duration::from_micros(300));
+            }
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while LEAF_HITS.load(std::sync::atomic::Ordering::SeqCst) == 0
+        && std::time::Instant::now() < deadline
+    {
+        sm_test_leaf_outer();
+    }
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    pinger.join().unwrap();
+    let frames = LEAF_SAMPLE.lock().unwrap().clone();
+    let got = names(&frames);
+    assert_chain(
+        &got,
+        0,
+        &["c_hot_leaf", "c_hot_caller", "sm_test_leaf_outer"],
+    );
+    assert!(frames[0].precise);
+    assert_eq!(frames[1].method, Method::SFrame, "{frames:#?}");
+}
