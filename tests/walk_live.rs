@@ -460,7 +460,7 @@ fn walks_out_of_a_leaf_interrupted_by_a_signal_with_the_return_address_in_a_regi
     stackmark::refresh().unwrap();
     // Load the symbol table now, not in the handler.
     assert_eq!(
-        common::symbol_at(fx::c_hot_leaf as usize as u64).as_deref(),
+        common::symbol_at(fx::c_hot_leaf as *const () as u64).as_deref(),
         Some("c_hot_leaf")
     );
     // SAFETY: pthread_self has no preconditions.
