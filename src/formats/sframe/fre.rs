@@ -108,6 +108,25 @@ impl Fre {
         Ok((fre, c.pos()))
     }
 
+    /// Reads only the start address of the FRE at `at` and the offset just
+    /// past it: the cheap step of a scan for the row that covers a pc.
+    pub(crate) fn skip(data: &[u8], at: usize, addr_size: u8) -> Option<(u32, usize)> {
+        let mut c = Cursor::at(data, at);
+        let start = match addr_size {
+            1 => u32::from(c.u8()?),
+            2 => u32::from(c.u16()?),
+            _ => c.u32()?,
+        };
+        let info = c.u8()?;
+        let word_size = match (info >> 5) & 3 {
+            0 => 1,
+            1 => 2,
+            _ => 4,
+        };
+        let words = usize::from((info >> 1) & 0xf) * word_size;
+        Some((start, c.pos().checked_add(words)?))
+    }
+
     /// Interprets the data words: the header's fixed offsets and the FDE's
     /// type say how.
     pub(crate) fn rules(

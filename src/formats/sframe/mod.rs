@@ -696,14 +696,17 @@ impl<'a> Function<'a> {
             block += off - off % rep;
             off %= rep;
         }
-        let mut found = None;
-        for fre in self.fres() {
-            if u64::from(fre.start) > off {
+        // Skim the start addresses; decode only the row that applies.
+        let (mut at, mut found) = (fde.fres, None);
+        for _ in 0..fde.num_fres {
+            let (start, next) = Fre::skip(self.data, at, fde.addr_size)?;
+            if u64::from(start) > off {
                 break;
             }
-            found = Some(fre);
+            found = Some(at);
+            at = next;
         }
-        let fre = found?;
+        let (fre, _) = Fre::read(self.data, found?, fde.addr_size).ok()?;
         fre.row(&self.header, fde, block + u64::from(fre.start))
             .ok()
     }
