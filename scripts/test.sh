@@ -6,22 +6,19 @@ cd "$(dirname "$0")/.."
 
 stage() { printf '\n==> %s\n' "$*"; }
 
+# Every cargo test run is also logged here, for the closing summary.
+LOG=$(mktemp)
+trap 'rm -f "$LOG"' EXIT
+run_tests() { cargo test "$@" 2>&1 | tee -a "$LOG"; }
+
 # --- 1. Tools -----------------------------------------------------------------
-# Debian packages, named by a binary each provides.
-declare -A PKG=(
-  [aarch64-linux-gnu-gcc]=gcc-aarch64-linux-gnu
-  [qemu-aarch64]=qemu-user
-  [llvm-symbolizer-16]=llvm-16
-  [llvm-symbolizer-19]=llvm-19
-  [clang-16]=clang-16
-  [ld64.lld-16]=lld-16
-)
+# Debian packages.
+PACKAGES=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user llvm-16 llvm-19 clang-16 lld-16
+  libunwind-dev binutils)
 missing=()
-for bin in "${!PKG[@]}"; do
-  command -v "$bin" >/dev/null 2>&1 || missing+=("${PKG[$bin]}")
+for p in "${PACKAGES[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
-[ -f /usr/include/libunwind.h ] || missing+=(libunwind-dev)
-[ -d /usr/aarch64-linux-gnu/lib ] || missing+=(libc6-dev-arm64-cross)
 if [ ${#missing[@]} -gt 0 ]; then
   stage "installing Debian packages: ${missing[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
@@ -43,8 +40,13 @@ cargo clippy --workspace --all-targets -- -D warnings
 
 # --- 3. Tests on the host (x86_64 Linux) -------------------------------------------
 stage "cargo test (host)"
-cargo test --workspace
+run_tests --workspace
 
 # --- 4. The same suite on AArch64, under qemu-aarch64 (.cargo/config.toml) ------
 stage "cargo test (aarch64-unknown-linux-gnu under qemu)"
-cargo test --workspace --target aarch64-unknown-linux-gnu
+run_tests --workspace --target aarch64-unknown-linux-gnu
+
+# --- Summary ------------------------------------------------------------------------
+passed=$(grep -E '^test result:' "$LOG" | sed -E 's/.* ([0-9]+) passed.*/\1/' | awk '{s+=$1} END {print s+0}')
+failed=$(grep -E '^test result:' "$LOG" | sed -E 's/.* ([0-9]+) failed.*/\1/' | awk '{s+=$1} END {print s+0}')
+printf '\nstackmark: %s passed, %s failed\n' "$passed" "$failed"
