@@ -490,6 +490,8 @@ impl<'a> SFrame<'a> {
 
     /// Each piece of a concatenation as its own `SFrame` (one item for an
     /// ordinary section). Start addresses stay those of the whole section.
+    /// Each item rescans its piece's FDEs for its range: call it at setup,
+    /// not per lookup.
     ///
     /// ```
     /// use stackmark::formats::sframe::SFrame;
