@@ -46,6 +46,10 @@ run_tests --workspace
 stage "cargo test (aarch64-unknown-linux-gnu under qemu)"
 run_tests --workspace --target aarch64-unknown-linux-gnu
 
+# --- 5. Fuzz smoke run (cargo fuzz, nightly): each target, bounded ------------------
+stage "fuzz smoke run (${STACKMARK_FUZZ_SECS:-60} s per target)"
+bash scripts/fuzz.sh "${STACKMARK_FUZZ_SECS:-60}"
+
 # --- Summary ------------------------------------------------------------------------
 passed=$(grep -E '^test result:' "$LOG" | sed -E 's/.* ([0-9]+) passed.*/\1/' | awk '{s+=$1} END {print s+0}')
 failed=$(grep -E '^test result:' "$LOG" | sed -E 's/.* ([0-9]+) failed.*/\1/' | awk '{s+=$1} END {print s+0}')

@@ -108,6 +108,67 @@ pub trait CodeMap {
     }
 }
 
+/// A code map for walking a captured stack: copies of code regions, SFrame
+/// sections and known trampoline addresses, all held by the caller.
+///
+/// ```
+/// use stackmark::walk::{CodeMap, Lookup, SnapshotCode};
+/// let text = [0x90u8; 64];
+/// let regions = [(0x1000, &text[..])];
+/// let code = SnapshotCode::new(&regions, &[], &[]);
+/// assert!(code.is_code(0x1010));
+/// assert_eq!(code.lookup(0x1010), Lookup::NoInfo);
+/// assert_eq!(code.lookup(0x2000), Lookup::Outside);
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct SnapshotCode<'a> {
+    code: &'a [(u64, &'a [u8])],
+    sframe: &'a [crate::formats::sframe::SFrame<'a>],
+    trampolines: &'a [u64],
+}
+
+impl<'a> SnapshotCode<'a> {
+    /// Code regions as `(address, bytes)`, SFrame sections that describe
+    /// them, and the addresses of signal-return trampolines.
+    pub fn new(
+        code: &'a [(u64, &'a [u8])],
+        sframe: &'a [crate::formats::sframe::SFrame<'a>],
+        trampolines: &'a [u64],
+    ) -> Self {
+        SnapshotCode {
+            code,
+            sframe,
+            trampolines,
+        }
+    }
+}
+
+impl CodeMap for SnapshotCode<'_> {
+    fn lookup(&self, pc: u64) -> Lookup {
+        if !self.is_code(pc) {
+            return Lookup::Outside;
+        }
+        self.sframe
+            .iter()
+            .find_map(|s| s.find_row(pc))
+            .map_or(Lookup::NoInfo, Lookup::SFrame)
+    }
+
+    fn is_code(&self, addr: u64) -> bool {
+        self.code
+            .iter()
+            .any(|&(base, bytes)| addr.wrapping_sub(base) < bytes.len() as u64)
+    }
+
+    fn read_code(&self, addr: u64, buf: &mut [u8]) -> bool {
+        crate::memory::SliceMemory::new(self.code).read(addr, buf)
+    }
+
+    fn is_sigreturn<A: Arch>(&self, pc: u64) -> bool {
+        self.trampolines.contains(&pc)
+    }
+}
+
 /// Limits and switches for one walk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WalkOptions {

@@ -1,0 +1,116 @@
+// The bodies of the fuzz targets, shared with tests/fuzz_regressions.rs so
+// every saved finding is replayed by `cargo test` on stable.
+#[allow(dead_code)]
+pub fn sframe_parse(data: &[u8]) {
+    use stackmark::formats::sframe::SFrame;
+    if data.len() < 8 {
+        return;
+    }
+    let base = u64::from_le_bytes(data[..8].try_into().unwrap());
+    let section = &data[8..];
+    let Ok(sf) = SFrame::parse(section, base) else {
+        return;
+    };
+    let _ = sf.pc_range();
+    for f in sf.functions() {
+        for fre in f.fres() {
+            let _ = f.row(&fre);
+        }
+        let start = f.fde.start;
+        for off in [
+            0u64,
+            1,
+            7,
+            u64::from(f.fde.size.saturating_sub(1)),
+            u64::from(f.fde.size),
+        ] {
+            let _ = sf.find_row(start.wrapping_add(off));
+        }
+    }
+    for piece in sf.pieces() {
+        let _ = piece.pc_range();
+    }
+    for w in data.chunks_exact(8).take(64) {
+        let _ = sf.find_row(u64::from_le_bytes(w.try_into().unwrap()));
+    }
+}
+
+/// Input layout: 3 x u16 lengths (stack, code, sframe), the register
+/// words, then the three regions. Addresses are fixed so pointers in the
+/// data can aim at them.
+#[allow(dead_code)]
+pub fn walk_synthetic(data: &[u8]) {
+    use stackmark::arch::aarch64::{Aarch64, Regs as A64};
+    use stackmark::arch::x86_64::{Regs as X64, X86_64};
+    use stackmark::formats::sframe::SFrame;
+    use stackmark::memory::SliceMemory;
+    use stackmark::walk::{SnapshotCode, WalkOptions, Walker};
+    use stackmark::Method;
+
+    const STACK: u64 = 0x7fff_0000;
+    const CODE: u64 = 0x40_0000;
+    const SECTION: u64 = 0x60_0000;
+
+    let mut c = data;
+    let mut take = |n: usize| -> Option<&[u8]> {
+        let (a, b) = (c.get(..n)?, c.get(n..)?);
+        c = b;
+        Some(a)
+    };
+    let (Some(h), Some(r)) = (take(7), take(40)) else {
+        return;
+    };
+    let len = |i: usize| usize::from(u16::from_le_bytes([h[i], h[i + 1]])) % 4096;
+    let (ls, lc, lf) = (len(0), len(2), len(4));
+    let (Some(stack), Some(code), Some(sframe_bytes)) = (take(ls), take(lc), take(lf)) else {
+        return;
+    };
+    let word = |i: usize| u64::from_le_bytes(r[i * 8..i * 8 + 8].try_into().unwrap());
+    // Register words point into the regions most of the time.
+    let aim = |w: u64| match w % 4 {
+        0 => STACK + (w >> 8) % (ls as u64 + 16),
+        1 => CODE + (w >> 8) % (lc as u64 + 16),
+        _ => w,
+    };
+    let sframes: Vec<SFrame<'_>> = SFrame::parse(sframe_bytes, SECTION).into_iter().collect();
+    let regions = [(STACK, stack)];
+    let code_regions = [(CODE, code)];
+    let trampolines = [aim(word(4))];
+    let map = SnapshotCode::new(&code_regions, &sframes, &trampolines);
+    let mem = SliceMemory::new(&regions);
+    let opts = WalkOptions {
+        max_depth: 64,
+        scan_words: 64,
+        ..WalkOptions::default()
+    };
+    let precise = h[6] & 1 != 0;
+    let check = |frames: &[stackmark::Frame]| {
+        assert!(frames.len() <= 64);
+        for w in frames.windows(2) {
+            if w[1].method != Method::SignalFrame {
+                assert!(w[1].sp > w[0].sp, "sp must increase: {frames:?}");
+            }
+        }
+    };
+    if h[6] & 2 == 0 {
+        let regs = X64 {
+            rip: aim(word(0)),
+            rsp: aim(word(1)),
+            rbp: aim(word(2)),
+            rbx: word(3),
+            ..Default::default()
+        };
+        let frames: Vec<_> = Walker::<X86_64, _, _>::new(regs, precise, mem, map, opts).collect();
+        check(&frames);
+    } else {
+        let regs = A64 {
+            pc: aim(word(0)),
+            sp: aim(word(1)),
+            fp: aim(word(2)),
+            lr: aim(word(3)),
+            ..Default::default()
+        };
+        let frames: Vec<_> = Walker::<Aarch64, _, _>::new(regs, precise, mem, map, opts).collect();
+        check(&frames);
+    }
+}
