@@ -42,6 +42,21 @@ fn recipe_binary_walks_rust_frames_by_sframe_v2() {
     assert!(status.success());
     let exe = target.join("debug/stackmark-recipe-check");
 
+    // Depending on stackmark builds none of its test fixtures.
+    let built: Vec<String> = std::fs::read_dir(target.join("debug/build"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        built.iter().any(|d| d.starts_with("stackmark-")),
+        "{built:?}"
+    );
+    assert!(
+        !built.iter().any(|d| d.starts_with("stackmark-fixtures")),
+        "fixtures were built for a dependent crate: {built:?}"
+    );
+
     // The linked binary holds a v2 section with FDE_FUNC_START_PCREL.
     let data = std::fs::read(&exe).unwrap();
     let file = object::File::parse(&*data).unwrap();
