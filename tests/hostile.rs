@@ -4,22 +4,13 @@
 //!
 //! `STACKMARK_HOSTILE_WALKS` sets how many walks to run (default 10,000).
 
+mod common;
+
 use std::hint::black_box;
 
-use stackmark::{Frame, Method, WalkOptions};
+use common::Rng;
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
+use stackmark::{Frame, Method, WalkOptions};
 
 #[derive(Clone, Copy, Debug)]
 enum Kind {

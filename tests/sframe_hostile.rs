@@ -3,7 +3,10 @@
 //! section makes parsing or lookups panic. The sections start as real GNU
 //! as/ld output (`tests/data/sframe/testcases/`) and are broken byte by byte.
 
+mod common;
 mod sframe_support;
+
+use common::Rng;
 
 use sframe_support::Case;
 use stackmark::formats::sframe::{Error, SFrame};
@@ -451,17 +454,6 @@ fn errors_name_what_is_wrong_and_where() {
         e.to_string(),
         "the FRE at 0x41 has an undefined data-word size"
     );
-}
-
-/// A small deterministic generator (xorshift), so failures reproduce.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
 }
 
 /// Looks up pcs in and around every function of a parsed section: none may

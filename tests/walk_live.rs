@@ -7,7 +7,7 @@ mod common;
 use std::hint::black_box;
 use std::sync::Mutex;
 
-use common::{assert_chain, names};
+use common::{assert_chain, names, Rng};
 use stackmark::{Frame, Method};
 use stackmark_fixtures as fx;
 
@@ -245,16 +245,6 @@ fn walks_through_a_signal_frame_from_the_handler_and_from_its_ucontext() {
 }
 
 // --- Corrupted stacks ---------------------------------------------------------
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
 
 #[test]
 fn a_thousand_walks_over_corrupted_stacks_end_without_fault() {

@@ -6,7 +6,7 @@
 //! everywhere against captured stacks; only capture and `ucontext` glue are
 //! gated on the target.
 
-use crate::formats::sframe::Row;
+use crate::formats::sframe::{CfaRule, RegRule, Row};
 use crate::memory::MemoryReader;
 
 pub mod aarch64;
@@ -92,4 +92,61 @@ pub trait Arch: Copy + core::fmt::Debug {
 
     /// The same registers with another stack pointer.
     fn with_sp(regs: &Self::Regs, sp: u64) -> Self::Regs;
+}
+
+/// Reads a stack word, or fails the step.
+pub(crate) fn read<M: MemoryReader>(mem: &M, addr: u64) -> Result<u64, StepError> {
+    mem.read_u64(addr).ok_or(StepError::Unreadable)
+}
+
+/// `base + off` with the offset sign-extended.
+pub(crate) fn apply_offset(base: u64, off: i32) -> u64 {
+    base.wrapping_add(off as i64 as u64)
+}
+
+/// What an SFrame row yields for the caller.
+pub(crate) struct RowValues {
+    /// The CFA: the caller's stack pointer.
+    pub cfa: u64,
+    /// The return address (before any PAC stripping).
+    pub ra: u64,
+    /// The caller's frame pointer.
+    pub fp: u64,
+}
+
+/// Evaluates a row's CFA, RA and FP rules, the same way on every
+/// architecture: `sp`/`fp` are the current stack and frame pointers, `reg`
+/// reads a register by DWARF number (for FLEX rows), `ra_same` is what a
+/// `SameValue` return address means (the link register, where there is one).
+pub(crate) fn eval_row<M: MemoryReader>(
+    row: &Row,
+    sp: u64,
+    fp: u64,
+    ra_same: u64,
+    reg: impl Fn(u16) -> Option<u64>,
+    mem: &M,
+) -> Result<RowValues, StepError> {
+    let reg = |n: u16| reg(n).ok_or(StepError::Invalid);
+    let cfa = match row.cfa {
+        CfaRule::SpPlus(o) => apply_offset(sp, o),
+        CfaRule::FpPlus(o) => apply_offset(fp, o),
+        CfaRule::RegPlus { reg: n, offset } => apply_offset(reg(n)?, offset),
+        CfaRule::AtRegPlus { reg: n, offset } => read(mem, apply_offset(reg(n)?, offset))?,
+    };
+    let recover = |rule: RegRule, same: u64| -> Result<u64, StepError> {
+        match rule {
+            RegRule::Undefined => Err(StepError::Outermost),
+            RegRule::SameValue => Ok(same),
+            RegRule::AtCfa(o) => read(mem, apply_offset(cfa, o)),
+            RegRule::RegPlus { reg: n, offset } => Ok(apply_offset(reg(n)?, offset)),
+            RegRule::AtRegPlus { reg: n, offset } => read(mem, apply_offset(reg(n)?, offset)),
+        }
+    };
+    let ra = recover(row.ra, ra_same)?;
+    // An undefined frame pointer keeps its value: only the RA ends a walk.
+    let fp = match row.fp {
+        RegRule::Undefined => fp,
+        rule => recover(rule, fp)?,
+    };
+    Ok(RowValues { cfa, ra, fp })
 }

@@ -1,7 +1,7 @@
 //! AArch64: registers, capture and unwind rules.
 
-use super::{Arch, StepError};
-use crate::formats::sframe::{CfaRule, RegRule, Row};
+use super::{eval_row, read, Arch, StepError};
+use crate::formats::sframe::{RegRule, Row};
 use crate::memory::MemoryReader;
 
 #[cfg(target_arch = "aarch64")]
@@ -67,14 +67,6 @@ pub mod sigframe_offsets {
 #[derive(Clone, Copy, Debug)]
 pub struct Aarch64;
 
-fn read<M: MemoryReader>(mem: &M, addr: u64) -> Result<u64, StepError> {
-    mem.read_u64(addr).ok_or(StepError::Unreadable)
-}
-
-fn apply_offset(base: u64, off: i32) -> u64 {
-    base.wrapping_add(off as i64 as u64)
-}
-
 impl Aarch64 {
     /// The registers saved in the signal frame at `sp`.
     fn ucontext_regs<M: MemoryReader>(sp: u64, mem: &M) -> Result<Regs, StepError> {
@@ -116,39 +108,21 @@ impl Arch for Aarch64 {
         mem: &M,
         ra_in_register_ok: bool,
     ) -> Result<Regs, StepError> {
-        let reg = |n: u16| r.dwarf(n).ok_or(StepError::Invalid);
-        let cfa = match row.cfa {
-            CfaRule::SpPlus(o) => apply_offset(r.sp, o),
-            CfaRule::FpPlus(o) => apply_offset(r.fp, o),
-            CfaRule::RegPlus { reg: n, offset } => apply_offset(reg(n)?, offset),
-            CfaRule::AtRegPlus { reg: n, offset } => read(mem, apply_offset(reg(n)?, offset))?,
-        };
-        let recover = |rule: RegRule, same: u64| -> Result<u64, StepError> {
-            match rule {
-                RegRule::Undefined => Err(StepError::Outermost),
-                RegRule::SameValue => Ok(same),
-                RegRule::AtCfa(o) => read(mem, apply_offset(cfa, o)),
-                RegRule::RegPlus { reg: n, offset } => Ok(apply_offset(reg(n)?, offset)),
-                RegRule::AtRegPlus { reg: n, offset } => read(mem, apply_offset(reg(n)?, offset)),
-            }
-        };
         if row.ra == RegRule::SameValue && !ra_in_register_ok {
             // Only a leaf (or a frame interrupted by a signal) can still hold
             // its return address in x30; anywhere else x30 is the callee's.
             return Err(StepError::Invalid);
         }
-        let mut pc = recover(row.ra, r.lr)?;
-        if row.mangled_ra || row.ra == RegRule::SameValue {
-            pc = strip_pac(pc);
-        }
-        let fp = match row.fp {
-            RegRule::Undefined => r.fp,
-            rule => recover(rule, r.fp)?,
+        let v = eval_row(row, r.sp, r.fp, r.lr, |n| r.dwarf(n), mem)?;
+        let pc = if row.mangled_ra || row.ra == RegRule::SameValue {
+            strip_pac(v.ra)
+        } else {
+            v.ra
         };
         Ok(Regs {
             pc,
-            sp: cfa,
-            fp,
+            sp: v.cfa,
+            fp: v.fp,
             lr: pc,
             x19_x28: r.x19_x28,
         })

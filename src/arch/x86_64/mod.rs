@@ -1,7 +1,7 @@
 //! x86_64 (AMD64): registers, capture and unwind rules.
 
-use super::{Arch, StepError};
-use crate::formats::sframe::{CfaRule, RegRule, Row};
+use super::{eval_row, read, Arch, StepError};
+use crate::formats::sframe::{RegRule, Row};
 use crate::memory::MemoryReader;
 
 #[cfg(target_arch = "x86_64")]
@@ -72,14 +72,6 @@ pub mod ucontext_offsets {
 #[derive(Clone, Copy, Debug)]
 pub struct X86_64;
 
-fn read<M: MemoryReader>(mem: &M, addr: u64) -> Result<u64, StepError> {
-    mem.read_u64(addr).ok_or(StepError::Unreadable)
-}
-
-fn apply_offset(base: u64, off: i32) -> u64 {
-    base.wrapping_add(off as i64 as u64)
-}
-
 impl Arch for X86_64 {
     type Regs = Regs;
 
@@ -101,35 +93,15 @@ impl Arch for X86_64 {
         mem: &M,
         _ra_in_register_ok: bool,
     ) -> Result<Regs, StepError> {
-        let reg = |n: u16| r.dwarf(n).ok_or(StepError::Invalid);
-        let cfa = match row.cfa {
-            CfaRule::SpPlus(o) => apply_offset(r.rsp, o),
-            CfaRule::FpPlus(o) => apply_offset(r.rbp, o),
-            CfaRule::RegPlus { reg: n, offset } => apply_offset(reg(n)?, offset),
-            CfaRule::AtRegPlus { reg: n, offset } => read(mem, apply_offset(reg(n)?, offset))?,
-        };
-        let recover = |rule: RegRule, same: u64| -> Result<u64, StepError> {
-            match rule {
-                RegRule::Undefined => Err(StepError::Outermost),
-                RegRule::SameValue => Ok(same),
-                RegRule::AtCfa(o) => read(mem, apply_offset(cfa, o)),
-                RegRule::RegPlus { reg: n, offset } => Ok(apply_offset(reg(n)?, offset)),
-                RegRule::AtRegPlus { reg: n, offset } => read(mem, apply_offset(reg(n)?, offset)),
-            }
-        };
         // x86_64 never keeps the return address in a register across a call.
         if row.ra == RegRule::SameValue {
             return Err(StepError::Invalid);
         }
-        let rip = recover(row.ra, 0)?;
-        let rbp = match row.fp {
-            RegRule::Undefined => r.rbp,
-            rule => recover(rule, r.rbp)?,
-        };
+        let v = eval_row(row, r.rsp, r.rbp, 0, |n| r.dwarf(n), mem)?;
         Ok(Regs {
-            rip,
-            rsp: cfa,
-            rbp,
+            rip: v.ra,
+            rsp: v.cfa,
+            rbp: v.fp,
             ..*r
         })
     }
