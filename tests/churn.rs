@@ -141,6 +141,13 @@ fn walks_survive_libraries_loading_and_unloading() {
         w.join().unwrap();
     }
     sampler.join().unwrap();
+    println!(
+        "churn: {secs} s, {cycles} load/unload cycles, {} walks ({} through the library), {} walks from stale pcs, {} signal samples",
+        WALKS.load(SeqCst),
+        IN_LIBRARY.load(SeqCst),
+        STALE_WALKS.load(SeqCst),
+        SAMPLES.load(SeqCst)
+    );
     assert!(
         cycles > 10,
         "the library was loaded and unloaded {cycles} times"
