@@ -37,6 +37,8 @@ stage "cargo fmt --check"
 cargo fmt --all -- --check
 stage "cargo clippy (host)"
 cargo clippy --workspace --all-targets -- -D warnings
+stage "cargo doc (warnings are errors)"
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet
 
 # --- 3. Tests on the host (x86_64 Linux) -------------------------------------------
 stage "cargo test (host)"

@@ -629,3 +629,56 @@ pub unsafe fn write_registers<S: crate::markup::Sink>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use core::mem::offset_of;
+
+    /// The signal-frame offsets the walker uses, checked against the C
+    /// library's own `ucontext_t` and `siginfo_t` (the kernel's layout).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn x86_64_ucontext_offsets_match_the_system_headers() {
+        use crate::arch::x86_64::ucontext_offsets as o;
+        let gregs = offset_of!(libc::ucontext_t, uc_mcontext) as u64;
+        assert_eq!(o::GREGS, gregs);
+        let at = |r: libc::c_int| gregs + 8 * r as u64;
+        assert_eq!(o::RIP, at(libc::REG_RIP));
+        assert_eq!(o::RSP, at(libc::REG_RSP));
+        assert_eq!(o::RBP, at(libc::REG_RBP));
+        assert_eq!(o::RBX, at(libc::REG_RBX));
+        assert_eq!(
+            o::R12_R15,
+            [
+                at(libc::REG_R12),
+                at(libc::REG_R13),
+                at(libc::REG_R14),
+                at(libc::REG_R15)
+            ]
+        );
+    }
+
+    #[cfg(target_arch = "aarch64")]
+    #[test]
+    fn aarch64_sigframe_offsets_match_the_system_headers() {
+        use crate::arch::aarch64::sigframe_offsets as o;
+        // The kernel's rt_sigframe: a siginfo_t, then the ucontext_t.
+        let uc = core::mem::size_of::<libc::siginfo_t>() as u64;
+        assert_eq!(uc, 128);
+        let mc = uc + offset_of!(libc::ucontext_t, uc_mcontext) as u64;
+        assert_eq!(mc, 304, "sigcontext at sp + 304");
+        assert_eq!(o::REGS, mc + offset_of!(libc::mcontext_t, regs) as u64);
+        assert_eq!(o::SP, mc + offset_of!(libc::mcontext_t, sp) as u64);
+        assert_eq!(o::PC, mc + offset_of!(libc::mcontext_t, pc) as u64);
+        assert_eq!(o::PC, 568);
+    }
+
+    #[test]
+    fn checked_reads_fail_on_unmapped_memory_and_succeed_on_mapped() {
+        let word = 0x1122_3344_5566_7788u64;
+        let mut buf = [0u8; 8];
+        assert!(super::read_checked(&word as *const u64 as u64, &mut buf));
+        assert_eq!(u64::from_ne_bytes(buf), word);
+        assert!(!super::read_checked(8, &mut buf));
+    }
+}
