@@ -180,17 +180,7 @@ fn hostile_stacks_never_fault_the_walk() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(10_000);
-    let code: Vec<(u64, u64)> = stackmark::modules::current()
-        .unwrap()
-        .modules()
-        .iter()
-        .flat_map(|m| {
-            m.segments()
-                .iter()
-                .filter(|s| s.executable())
-                .map(|s| (s.start, s.size))
-        })
-        .collect();
+    let code = common::code_segments();
     // A page that is certainly unmapped: map one, then unmap it.
     // SAFETY: mmap/munmap of a private anonymous page we never touch again.
     let unmapped = unsafe {

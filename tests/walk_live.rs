@@ -249,17 +249,7 @@ fn walks_through_a_signal_frame_from_the_handler_and_from_its_ucontext() {
 #[test]
 fn a_thousand_walks_over_corrupted_stacks_end_without_fault() {
     setup();
-    let code: Vec<(u64, u64)> = stackmark::modules::current()
-        .unwrap()
-        .modules()
-        .iter()
-        .flat_map(|m| {
-            m.segments()
-                .iter()
-                .filter(|s| s.executable())
-                .map(|s| (s.start, s.size))
-        })
-        .collect();
+    let code = common::code_segments();
     std::thread::spawn(move || {
         stackmark::register_thread();
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);

@@ -121,3 +121,18 @@ impl Rng {
         self.next() % n.max(1)
     }
 }
+
+/// `(start, size)` of every executable segment in the live module table.
+pub fn code_segments() -> Vec<(u64, u64)> {
+    stackmark::modules::current()
+        .unwrap()
+        .modules()
+        .iter()
+        .flat_map(|m| {
+            m.segments()
+                .iter()
+                .filter(|s| s.executable())
+                .map(|s| (s.start, s.size))
+        })
+        .collect()
+}
