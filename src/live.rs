@@ -93,11 +93,22 @@ pub fn walk_from(regs: Regs, precise: bool, opts: WalkOptions, out: &mut [Frame]
 
 /// Walks the calling thread's stack from the caller of this function into
 /// `out`; returns the number of frames written. Frame 0 is the function
-/// that calls `walk_here`.
+/// that calls `walk_here`, at the call instruction (precise, `:pc`).
 #[inline(always)]
 pub fn walk_here(out: &mut [Frame]) -> usize {
-    let regs = capture();
-    walk_from(regs, false, WalkOptions::default(), out)
+    let (regs, precise) = capture_here();
+    walk_from(regs, precise, WalkOptions::default(), out)
+}
+
+/// Captures the calling function's registers with the pc at the call
+/// instruction itself: `(regs, true)`. Where the call cannot be decoded the
+/// pc stays the return address: `(regs, false)`. Pass the flag as
+/// `precise` to [`walk_from`] or [`walker`].
+#[inline(always)]
+pub fn capture_here() -> (Regs, bool) {
+    let mut regs = capture();
+    let precise = crate::arch::native::call_site(&mut regs);
+    (regs, precise)
 }
 
 /// The interrupted registers held by a signal handler's `ucontext_t`.

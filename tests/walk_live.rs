@@ -71,7 +71,10 @@ fn walks_through_sframe_only_c_frames_back_into_rust() {
         "walk continues past the test function: {got:?}"
     );
     assert_eq!(frames[0].method, Method::Context);
-    assert!(!frames[0].precise, "a capture's pc is a return address");
+    assert!(
+        frames[0].precise,
+        "frame 0 is the capture's call instruction"
+    );
     // Stepping out of each C frame used its SFrame row.
     assert_eq!(frames[2].method, Method::SFrame, "{frames:#?}");
     assert_eq!(frames[3].method, Method::SFrame, "{frames:#?}");

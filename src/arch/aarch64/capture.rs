@@ -36,3 +36,22 @@ pub fn capture() -> Regs {
     unsafe { capture_into(&mut regs) };
     regs
 }
+
+/// Moves a captured pc from the return address back to the branch-and-link
+/// that called the capture routine (every instruction is 4 bytes), so frame
+/// 0 names the exact instruction. Returns whether the pc was moved.
+pub fn call_site(regs: &mut Regs) -> bool {
+    use crate::arch::Arch;
+    let ra = regs.pc;
+    if ra < 8 {
+        return false;
+    }
+    // SAFETY: the 8 bytes before the return address belong to the calling
+    // function's code, which is executing and so mapped.
+    let code: [u8; 8] = unsafe { core::ptr::read_unaligned((ra - 8) as *const [u8; 8]) };
+    if !super::Aarch64::ends_with_call(&code) {
+        return false;
+    }
+    regs.pc = ra - 4;
+    true
+}

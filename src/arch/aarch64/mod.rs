@@ -7,7 +7,7 @@ use crate::memory::MemoryReader;
 #[cfg(target_arch = "aarch64")]
 mod capture;
 #[cfg(target_arch = "aarch64")]
-pub use capture::capture;
+pub use capture::{call_site, capture};
 
 /// The registers the walk tracks on AArch64: pc, sp, the frame record
 /// registers x29/x30 and the callee-saved x19-x28. The layout is fixed

@@ -38,3 +38,41 @@ pub fn capture() -> Regs {
     unsafe { capture_into(&mut regs) };
     regs
 }
+
+/// Moves a captured pc from the return address back to the call instruction
+/// that called the capture routine, so frame 0 names the exact instruction
+/// (`:pc` in markup) rather than whatever follows the call. Recognises
+/// `call rel32` (with or without an `addr32` prefix, as linkers relax GOT
+/// calls) and `call [rip + disp32]`, each checked to target the capture
+/// routine. Returns whether the pc was moved; if not it stays a return
+/// address.
+pub fn call_site(regs: &mut Regs) -> bool {
+    let ra = regs.rip;
+    let target = capture_into as *const () as u64;
+    if ra < 6 {
+        return false;
+    }
+    // SAFETY: the 6 bytes before the return address belong to the calling
+    // function's code, which is executing and so mapped.
+    let code: [u8; 6] = unsafe { core::ptr::read_unaligned((ra - 6) as *const [u8; 6]) };
+    let disp = i64::from(i32::from_le_bytes([code[2], code[3], code[4], code[5]]));
+    let start = if code[1] == 0xe8 && ra.wrapping_add(disp as u64) == target {
+        if code[0] == 0x67 {
+            ra - 6
+        } else {
+            ra - 5
+        }
+    } else if code[0] == 0xff && code[1] == 0x15 {
+        let slot = ra.wrapping_add(disp as u64);
+        // SAFETY: a rip-relative call's slot is in the caller module's GOT,
+        // mapped read-only for the life of the module.
+        if unsafe { core::ptr::read_unaligned(slot as *const u64) } != target {
+            return false;
+        }
+        ra - 6
+    } else {
+        return false;
+    };
+    regs.rip = start;
+    true
+}

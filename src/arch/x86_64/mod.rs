@@ -7,7 +7,7 @@ use crate::memory::MemoryReader;
 #[cfg(target_arch = "x86_64")]
 mod capture;
 #[cfg(target_arch = "x86_64")]
-pub use capture::capture;
+pub use capture::{call_site, capture};
 
 /// The registers the walk tracks on x86_64: the pc, the stack and frame
 /// pointers, and the callee-saved registers. The layout is fixed because the
