@@ -237,6 +237,8 @@ pub struct Walker<A: Arch, M, C> {
     sp_exact: bool,
     /// Frames found by scanning in a row, up to the current one.
     scans_in_a_row: usize,
+    /// The current frame was found by following the frame-pointer chain.
+    reached_by_fp: bool,
     stop: StopReason,
 }
 
@@ -260,6 +262,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             ra_in_register_ok: true,
             sp_exact: true,
             scans_in_a_row: 0,
+            reached_by_fp: false,
             stop: StopReason::Running,
         }
     }
@@ -370,6 +373,12 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
         if self.scans_in_a_row >= self.opts.max_scans_in_a_row {
             return Err(StopReason::NoValidCaller);
         }
+        // A frame pointer of 0 reached through the frame-pointer chain is
+        // the ABI's end marker (`_start` and new threads clear it): this is
+        // the outermost frame, and scanning past it only finds stale words.
+        if self.reached_by_fp && A::fp(&regs) == 0 {
+            return Err(StopReason::Outermost);
+        }
         self.scan_stack(cur).ok_or(StopReason::NoValidCaller)
     }
 
@@ -415,6 +424,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Iterator for Walker<A, M, C> {
             Ok((regs, method, precise)) => {
                 self.regs = regs;
                 self.ra_in_register_ok = method == Method::SignalFrame;
+                self.reached_by_fp = method == Method::FramePointer;
                 self.scans_in_a_row = if method == Method::Scan {
                     self.scans_in_a_row + 1
                 } else {
@@ -624,8 +634,8 @@ mod tests {
                 (CODE + 0x64, STACK + 64, Method::FramePointer),
             ]
         );
-        // The last frame pointer is 0: scanning finds nothing more.
-        assert_eq!(stop, StopReason::NoValidCaller);
+        // The last frame pointer is 0, the ABI's end marker.
+        assert_eq!(stop, StopReason::Outermost);
     }
 
     #[test]
