@@ -16,6 +16,7 @@ pub mod markup;
 pub mod memory;
 pub mod modules;
 pub mod os;
+pub mod rule_cache;
 pub mod walk;
 
 #[cfg(target_os = "linux")]

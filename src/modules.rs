@@ -270,8 +270,9 @@ impl Table {
     }
 }
 
-impl CodeMap for Table {
-    fn lookup(&self, pc: u64) -> Lookup {
+impl Table {
+    /// The lookup itself, without the cache.
+    pub fn lookup_uncached(&self, pc: u64) -> Lookup {
         match self.module_for_code(pc) {
             None => Lookup::Outside,
             Some(m) => match m.sframe.and_then(|s| s.find_row(pc)) {
@@ -280,9 +281,22 @@ impl CodeMap for Table {
             },
         }
     }
+}
+
+impl CodeMap for Table {
+    /// Served from the per-pc cache ([`crate::rule_cache`]) when it holds
+    /// this pc for this table's generation.
+    fn lookup(&self, pc: u64) -> Lookup {
+        if let Some(hit) = crate::rule_cache::get(pc, self.generation) {
+            return hit;
+        }
+        let found = self.lookup_uncached(pc);
+        crate::rule_cache::put(pc, self.generation, &found);
+        found
+    }
 
     fn is_code(&self, addr: u64) -> bool {
-        self.module_for_code(addr).is_some()
+        self.lookup(addr) != Lookup::Outside
     }
 
     fn read_code(&self, addr: u64, buf: &mut [u8]) -> bool {
@@ -299,7 +313,7 @@ impl CodeMap for Table {
         if self.is_trampoline(pc) {
             return true;
         }
-        if self.module_for_code(pc).is_some() {
+        if self.lookup(pc) != Lookup::Outside {
             return false;
         }
         let mut code = [0u8; 16];

@@ -323,7 +323,14 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
     /// One step from `cur` to its caller.
     fn step(&mut self, cur: &Frame) -> Result<(A::Regs, Method, bool), StopReason> {
         let regs = self.regs;
-        if self.code.is_sigreturn::<A>(cur.pc) {
+        let lookup = self.code.lookup(cur.lookup_pc());
+        // Trampolines have no row of their own (or a row marked signal).
+        let may_be_trampoline = match lookup {
+            Lookup::SFrame(row) => row.signal_frame,
+            Lookup::Compact { .. } => false,
+            Lookup::NoInfo | Lookup::Outside => true,
+        };
+        if may_be_trampoline && self.code.is_sigreturn::<A>(cur.pc) {
             if let Ok(next) = A::signal_frame_regs(&regs, &self.mem) {
                 // The handler may run on an alternate stack, below or above
                 // the interrupted one: no sp ordering across a signal frame.
@@ -334,7 +341,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             }
         }
         if self.opts.use_tables {
-            match self.code.lookup(cur.lookup_pc()) {
+            match lookup {
                 Lookup::SFrame(row) => {
                     if row.ra == RegRule::Undefined {
                         return Err(StopReason::Outermost);

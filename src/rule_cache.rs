@@ -1,0 +1,248 @@
+//! A per-pc cache of module-table lookups, for profilers that walk the same
+//! code thousands of times a second.
+//!
+//! Direct-mapped, in static memory, shared by every thread and safe in
+//! signal handlers: no lock, no allocation. Each entry holds its key, the
+//! lookup packed into five words, and a check word that mixes all of them
+//! with the table's generation. A writer clears the check word, writes the
+//! fields, then sets it; a reader accepts an entry only if the check word
+//! is the same before and after reading and matches the fields, so a torn
+//! entry (two writers, or a reader racing a writer) reads as a miss, and a
+//! refresh of the table (a new generation) invalidates every entry at once.
+
+use core::sync::atomic::{fence, AtomicU64, Ordering::*};
+
+use crate::formats::sframe::{CfaRule, RegRule, Row};
+use crate::walk::Lookup;
+
+/// Number of entries (a power of two): 4096 × 56 bytes = 224 KiB.
+pub const ENTRIES: usize = 4096;
+
+struct Entry {
+    check: AtomicU64,
+    key: AtomicU64,
+    words: [AtomicU64; 5],
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const EMPTY: Entry = Entry {
+    check: AtomicU64::new(0),
+    key: AtomicU64::new(0),
+    words: [const { AtomicU64::new(0) }; 5],
+};
+
+static CACHE: [Entry; ENTRIES] = [EMPTY; ENTRIES];
+
+fn slot(pc: u64) -> &'static Entry {
+    let h = (pc ^ (pc >> 17)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    &CACHE[(h >> (64 - ENTRIES.trailing_zeros())) as usize]
+}
+
+fn mix(key: u64, generation: u64, w: &[u64; 5]) -> u64 {
+    let mut h = key ^ generation.rotate_left(32) ^ 0x243f_6a88_85a3_08d3;
+    for &x in w {
+        h = (h ^ x).wrapping_mul(0x100_0000_01b3).rotate_left(29);
+    }
+    h | 1
+}
+
+/// The cached lookup for `pc` in table generation `generation`, if any.
+pub fn get(pc: u64, generation: u64) -> Option<Lookup> {
+    let e = slot(pc);
+    let c1 = e.check.load(Acquire);
+    if c1 == 0 || e.key.load(Relaxed) != pc {
+        return None;
+    }
+    let w = [0, 1, 2, 3, 4].map(|i| e.words[i].load(Relaxed));
+    fence(Acquire);
+    let c2 = e.check.load(Relaxed);
+    (c1 == c2 && c1 == mix(pc, generation, &w))
+        .then(|| unpack(&w))
+        .flatten()
+}
+
+/// Remembers the lookup for `pc` in table generation `generation`.
+pub fn put(pc: u64, generation: u64, lookup: &Lookup) {
+    let Some(w) = pack(lookup) else {
+        return;
+    };
+    let e = slot(pc);
+    e.check.store(0, Relaxed);
+    fence(Release);
+    e.key.store(pc, Relaxed);
+    for (slot, x) in e.words.iter().zip(w) {
+        slot.store(x, Relaxed);
+    }
+    e.check.store(mix(pc, generation, &w), Release);
+}
+
+fn pack_reg(rule: RegRule) -> u64 {
+    let (kind, reg, off) = match rule {
+        RegRule::Undefined => (0, 0, 0),
+        RegRule::SameValue => (1, 0, 0),
+        RegRule::AtCfa(o) => (2, 0, o),
+        RegRule::RegPlus { reg, offset } => (3, reg, offset),
+        RegRule::AtRegPlus { reg, offset } => (4, reg, offset),
+    };
+    kind | u64::from(reg) << 8 | u64::from(off as u32) << 32
+}
+
+fn unpack_reg(w: u64) -> Option<RegRule> {
+    let (reg, off) = ((w >> 8) as u16, (w >> 32) as u32 as i32);
+    Some(match w & 0xff {
+        0 => RegRule::Undefined,
+        1 => RegRule::SameValue,
+        2 => RegRule::AtCfa(off),
+        3 => RegRule::RegPlus { reg, offset: off },
+        4 => RegRule::AtRegPlus { reg, offset: off },
+        _ => return None,
+    })
+}
+
+/// Packs a lookup into five words; word 0's low byte is the kind.
+fn pack(l: &Lookup) -> Option<[u64; 5]> {
+    Some(match *l {
+        Lookup::Outside => [1, 0, 0, 0, 0],
+        Lookup::NoInfo => [2, 0, 0, 0, 0],
+        Lookup::Compact {
+            encoding,
+            func_start,
+        } => [3, u64::from(encoding), func_start, 0, 0],
+        Lookup::SFrame(r) => {
+            let (kind, reg, off) = match r.cfa {
+                CfaRule::SpPlus(o) => (0, 0, o),
+                CfaRule::FpPlus(o) => (1, 0, o),
+                CfaRule::RegPlus { reg, offset } => (2, reg, offset),
+                CfaRule::AtRegPlus { reg, offset } => (3, reg, offset),
+            };
+            let flags = u64::from(r.mangled_ra) | u64::from(r.signal_frame) << 1;
+            let w0 =
+                4 | kind << 8 | flags << 12 | u64::from(reg) << 16 | u64::from(off as u32) << 32;
+            let span = u64::from(r.func_size) | r.row_start.wrapping_sub(r.func_start) << 32;
+            [w0, pack_reg(r.ra), pack_reg(r.fp), r.func_start, span]
+        }
+    })
+}
+
+fn unpack(w: &[u64; 5]) -> Option<Lookup> {
+    Some(match w[0] & 0xff {
+        1 => Lookup::Outside,
+        2 => Lookup::NoInfo,
+        3 => Lookup::Compact {
+            encoding: w[1] as u32,
+            func_start: w[2],
+        },
+        4 => {
+            let (reg, off) = ((w[0] >> 16) as u16, (w[0] >> 32) as u32 as i32);
+            let cfa = match (w[0] >> 8) & 0xf {
+                0 => CfaRule::SpPlus(off),
+                1 => CfaRule::FpPlus(off),
+                2 => CfaRule::RegPlus { reg, offset: off },
+                _ => CfaRule::AtRegPlus { reg, offset: off },
+            };
+            Lookup::SFrame(Row {
+                func_start: w[3],
+                func_size: w[4] as u32,
+                row_start: w[3].wrapping_add(w[4] >> 32),
+                cfa,
+                ra: unpack_reg(w[1])?,
+                fp: unpack_reg(w[2])?,
+                mangled_ra: (w[0] >> 12) & 1 != 0,
+                signal_frame: (w[0] >> 13) & 1 != 0,
+            })
+        }
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(cfa: CfaRule, ra: RegRule, fp: RegRule) -> Row {
+        Row {
+            func_start: 0x7fff_1234_0000,
+            func_size: 0x1234,
+            row_start: 0x7fff_1234_0040,
+            cfa,
+            ra,
+            fp,
+            mangled_ra: true,
+            signal_frame: false,
+        }
+    }
+
+    #[test]
+    fn every_kind_of_lookup_round_trips() {
+        let cases = [
+            Lookup::Outside,
+            Lookup::NoInfo,
+            Lookup::Compact {
+                encoding: 0x0401_0000,
+                func_start: 0x1_0000_2000,
+            },
+            Lookup::SFrame(row(
+                CfaRule::SpPlus(-8),
+                RegRule::AtCfa(-8),
+                RegRule::SameValue,
+            )),
+            Lookup::SFrame(row(
+                CfaRule::AtRegPlus {
+                    reg: 6,
+                    offset: -48,
+                },
+                RegRule::RegPlus { reg: 2, offset: 0 },
+                RegRule::AtRegPlus { reg: 6, offset: 0 },
+            )),
+            Lookup::SFrame(row(
+                CfaRule::FpPlus(16),
+                RegRule::Undefined,
+                RegRule::AtCfa(-16),
+            )),
+        ];
+        for (i, l) in cases.iter().enumerate() {
+            let pc = 0x5000 + i as u64 * 0x1_0000;
+            put(pc, 7, l);
+            assert_eq!(get(pc, 7), Some(*l));
+            assert_eq!(get(pc, 8), None, "another generation misses");
+            assert_eq!(get(pc + 1, 7), None);
+        }
+    }
+
+    #[test]
+    fn a_torn_entry_reads_as_a_miss() {
+        let pc = 0xdead_0000;
+        put(pc, 1, &Lookup::NoInfo);
+        slot(pc).words[1].store(99, Relaxed);
+        assert_eq!(get(pc, 1), None);
+    }
+
+    #[test]
+    fn concurrent_writers_never_produce_a_wrong_hit() {
+        // Two threads write different lookups for the same pc; readers must
+        // only ever see one of the two.
+        let pc = 0xabc0;
+        let a = Lookup::NoInfo;
+        let b = Lookup::SFrame(row(
+            CfaRule::SpPlus(8),
+            RegRule::AtCfa(-8),
+            RegRule::SameValue,
+        ));
+        std::thread::scope(|s| {
+            for l in [a, b] {
+                s.spawn(move || {
+                    for _ in 0..20_000 {
+                        put(pc, 3, &l);
+                    }
+                });
+            }
+            s.spawn(move || {
+                for _ in 0..20_000 {
+                    if let Some(got) = get(pc, 3) {
+                        assert!(got == a || got == b, "{got:?}");
+                    }
+                }
+            });
+        });
+    }
+}
