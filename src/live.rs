@@ -25,6 +25,9 @@ impl CodeMap for TableGuard {
     fn read_code(&self, addr: u64, buf: &mut [u8]) -> bool {
         (**self).read_code(addr, buf)
     }
+    fn is_known_trampoline(&self, pc: u64) -> bool {
+        (**self).is_known_trampoline(pc)
+    }
     fn is_sigreturn<A: Arch>(&self, pc: u64) -> bool {
         (**self).is_sigreturn::<A>(pc)
     }

@@ -307,8 +307,13 @@ impl CodeMap for Table {
         }
     }
 
-    /// Known trampolines first (glibc's restorer, the vDSO's); outside any
-    /// module (qemu-user's trampoline page, for one), the code itself.
+    /// glibc's restorer and the vDSO's trampoline, found at refresh.
+    fn is_known_trampoline(&self, pc: u64) -> bool {
+        self.is_trampoline(pc)
+    }
+
+    /// Outside any module (qemu-user's trampoline page, for one), the code
+    /// itself, read with a checked copy.
     fn is_sigreturn<A: crate::arch::Arch>(&self, pc: u64) -> bool {
         if self.is_trampoline(pc) {
             return true;

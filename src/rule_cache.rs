@@ -38,12 +38,17 @@ fn slot(pc: u64) -> &'static Entry {
     &CACHE[(h >> (64 - ENTRIES.trailing_zeros())) as usize]
 }
 
+/// Mixes every field so a torn entry almost surely mismatches: each word
+/// enters at a different rotation, then one multiply spreads the bits.
 fn mix(key: u64, generation: u64, w: &[u64; 5]) -> u64 {
-    let mut h = key ^ generation.rotate_left(32) ^ 0x243f_6a88_85a3_08d3;
-    for &x in w {
-        h = (h ^ x).wrapping_mul(0x100_0000_01b3).rotate_left(29);
-    }
-    h | 1
+    let h = key
+        ^ generation.rotate_left(32)
+        ^ w[0]
+        ^ w[1].rotate_left(13)
+        ^ w[2].rotate_left(26)
+        ^ w[3].rotate_left(39)
+        ^ w[4].rotate_left(52);
+    (h.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (h >> 29)) | 1
 }
 
 /// The cached lookup for `pc` in table generation `generation`, if any.

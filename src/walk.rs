@@ -99,8 +99,16 @@ pub trait CodeMap {
     /// Reads code bytes at `addr`; `false` unless the whole range is known,
     /// readable code.
     fn read_code(&self, addr: u64, buf: &mut [u8]) -> bool;
-    /// Whether `pc` is the first instruction of a signal-return trampoline.
-    /// The default compares the code at `pc` with the architecture's.
+    /// Whether `pc` is a signal-return trampoline known in advance (cheap;
+    /// checked for every frame without a row of its own).
+    fn is_known_trampoline(&self, pc: u64) -> bool {
+        let _ = pc;
+        false
+    }
+
+    /// Whether `pc` is the first instruction of a signal-return trampoline,
+    /// by its code; asked only for pcs outside known code. The default
+    /// compares the code at `pc` with the architecture's.
     fn is_sigreturn<A: Arch>(&self, pc: u64) -> bool {
         let mut code = [0u8; 16];
         let code = &mut code[..A::SIGRETURN_CODE.len()];
@@ -162,6 +170,10 @@ impl CodeMap for SnapshotCode<'_> {
 
     fn read_code(&self, addr: u64, buf: &mut [u8]) -> bool {
         crate::memory::SliceMemory::new(self.code).read(addr, buf)
+    }
+
+    fn is_known_trampoline(&self, pc: u64) -> bool {
+        self.trampolines.contains(&pc)
     }
 
     fn is_sigreturn<A: Arch>(&self, pc: u64) -> bool {
@@ -239,6 +251,8 @@ pub struct Walker<A: Arch, M, C> {
     scans_in_a_row: usize,
     /// The current frame was found by following the frame-pointer chain.
     reached_by_fp: bool,
+    /// The lookup `accept` made for the next frame's pc, reused by its step.
+    next_lookup: Option<(u64, Lookup)>,
     stop: StopReason,
 }
 
@@ -263,6 +277,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             sp_exact: true,
             scans_in_a_row: 0,
             reached_by_fp: false,
+            next_lookup: None,
             stop: StopReason::Running,
         }
     }
@@ -295,11 +310,20 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
         n
     }
 
-    fn accept(&self, cur: &Frame, next: &A::Regs) -> bool {
+    /// Whether a candidate caller is plausible: a return address in known
+    /// code (or a signal trampoline) and a higher stack pointer. Keeps the
+    /// lookup of its pc for the next step.
+    fn accept(&mut self, cur: &Frame, next: &A::Regs) -> bool {
         let pc = A::pc(next);
-        pc != 0
-            && A::sp(next) > cur.sp
-            && (self.code.is_code(pc.wrapping_sub(1)) || self.code.is_sigreturn::<A>(pc))
+        if pc == 0 || A::sp(next) <= cur.sp {
+            return false;
+        }
+        let key = pc.wrapping_sub(1);
+        let lookup = self.code.lookup(key);
+        self.next_lookup = Some((key, lookup));
+        lookup != Lookup::Outside
+            || self.code.is_known_trampoline(pc)
+            || self.code.is_sigreturn::<A>(pc)
     }
 
     /// Whether `pc` follows a call instruction in known code.
@@ -311,7 +335,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
     /// Applies an SP-based row when the current sp is only a lower bound:
     /// tries each higher stack slot as the sp and keeps the first whose
     /// recovered return address follows a call.
-    fn step_sframe_inexact_sp(&self, row: &Row, cur: &Frame) -> Option<A::Regs> {
+    fn step_sframe_inexact_sp(&mut self, row: &Row, cur: &Frame) -> Option<A::Regs> {
         const SEARCH_WORDS: u64 = 64;
         (0..SEARCH_WORDS).find_map(|k| {
             let regs = A::with_sp(&self.regs, A::sp(&self.regs).checked_add(k * 8)?);
@@ -323,14 +347,22 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
     /// One step from `cur` to its caller.
     fn step(&mut self, cur: &Frame) -> Result<(A::Regs, Method, bool), StopReason> {
         let regs = self.regs;
-        let lookup = self.code.lookup(cur.lookup_pc());
-        // Trampolines have no row of their own (or a row marked signal).
-        let may_be_trampoline = match lookup {
-            Lookup::SFrame(row) => row.signal_frame,
-            Lookup::Compact { .. } => false,
-            Lookup::NoInfo | Lookup::Outside => true,
+        let key = cur.lookup_pc();
+        let lookup = match self.next_lookup.take() {
+            Some((k, l)) if k == key => l,
+            _ => self.code.lookup(key),
         };
-        if may_be_trampoline && self.code.is_sigreturn::<A>(cur.pc) {
+        // Trampolines have no row of their own (or a row marked signal);
+        // only outside known code is their code worth reading.
+        let trampoline = match lookup {
+            Lookup::SFrame(row) => row.signal_frame && self.code.is_known_trampoline(cur.pc),
+            Lookup::Compact { .. } => false,
+            Lookup::NoInfo => self.code.is_known_trampoline(cur.pc),
+            Lookup::Outside => {
+                self.code.is_known_trampoline(cur.pc) || self.code.is_sigreturn::<A>(cur.pc)
+            }
+        };
+        if trampoline {
             if let Ok(next) = A::signal_frame_regs(&regs, &self.mem) {
                 // The handler may run on an alternate stack, below or above
                 // the interrupted one: no sp ordering across a signal frame.
@@ -520,7 +552,7 @@ mod tests {
         fn read_code(&self, addr: u64, buf: &mut [u8]) -> bool {
             SliceMemory::new(&[(CODE, &self.code)]).read(addr, buf)
         }
-        fn is_sigreturn<A: Arch>(&self, pc: u64) -> bool {
+        fn is_known_trampoline(&self, pc: u64) -> bool {
             self.trampoline == Some(pc)
         }
     }
