@@ -72,12 +72,28 @@ pub fn walk_synthetic(data: &[u8]) {
         1 => CODE + (w >> 8) % (lc as u64 + 16),
         _ => w,
     };
+    // Counts reads: a walk's work is bounded by its depth, whatever the
+    // input (a signal-frame search once scanned up to a hostile fp).
+    struct Counting<'a> {
+        inner: SliceMemory<'a>,
+        reads: core::cell::Cell<u64>,
+    }
+    impl stackmark::memory::MemoryReader for Counting<'_> {
+        fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
+            self.reads.set(self.reads.get() + 1);
+            self.inner.read(addr, buf)
+        }
+    }
     let sframes: Vec<SFrame<'_>> = SFrame::parse(sframe_bytes, SECTION).into_iter().collect();
     let regions = [(STACK, stack)];
     let code_regions = [(CODE, code)];
     let trampolines = [aim(word(4))];
     let map = SnapshotCode::new(&code_regions, &sframes, &trampolines);
-    let mem = SliceMemory::new(&regions);
+    let mem = Counting {
+        inner: SliceMemory::new(&regions),
+        reads: core::cell::Cell::new(0),
+    };
+    const MAX_READS: u64 = 1_000_000;
     let opts = WalkOptions {
         max_depth: 64,
         scan_words: 64,
@@ -100,8 +116,9 @@ pub fn walk_synthetic(data: &[u8]) {
             rbx: word(3),
             ..Default::default()
         };
-        let frames: Vec<_> = Walker::<X86_64, _, _>::new(regs, precise, mem, map, opts).collect();
+        let frames: Vec<_> = Walker::<X86_64, _, _>::new(regs, precise, &mem, map, opts).collect();
         check(&frames);
+        assert!(mem.reads.get() <= MAX_READS, "{} reads", mem.reads.get());
     } else {
         let regs = A64 {
             pc: aim(word(0)),
@@ -110,7 +127,8 @@ pub fn walk_synthetic(data: &[u8]) {
             lr: aim(word(3)),
             ..Default::default()
         };
-        let frames: Vec<_> = Walker::<Aarch64, _, _>::new(regs, precise, mem, map, opts).collect();
+        let frames: Vec<_> = Walker::<Aarch64, _, _>::new(regs, precise, &mem, map, opts).collect();
         check(&frames);
+        assert!(mem.reads.get() <= MAX_READS, "{} reads", mem.reads.get());
     }
 }

@@ -156,9 +156,14 @@ impl Arch for Aarch64 {
             let saved = |n: u64| read(mem, sp.wrapping_add(sigframe_offsets::REGS + n * 8));
             matches!(record, (Ok(fp), Ok(lr)) if saved(29) == Ok(fp) && saved(30) == Ok(lr))
         };
+        // A signal frame is a few KiB (more with SVE state): search no
+        // further than this above the lower bound, however far `fp` points.
+        const MAX_FRAME: u64 = 64 * 1024;
         let mut sp = r.sp;
         if !consistent(sp) {
-            sp = (r.sp.wrapping_add(15) & !15..r.fp)
+            let start = r.sp.wrapping_add(15) & !15;
+            let end = r.fp.min(start.saturating_add(MAX_FRAME));
+            sp = (start..end)
                 .step_by(16)
                 .find(|&sp| consistent(sp))
                 .unwrap_or(r.sp);
