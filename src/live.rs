@@ -28,6 +28,9 @@ impl CodeMap for TableGuard {
     fn is_known_trampoline(&self, pc: u64) -> bool {
         (**self).is_known_trampoline(pc)
     }
+    fn follows_call<A: Arch>(&self, ra: u64) -> bool {
+        (**self).follows_call::<A>(ra)
+    }
     fn is_sigreturn<A: Arch>(&self, pc: u64) -> bool {
         (**self).is_sigreturn::<A>(pc)
     }

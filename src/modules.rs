@@ -307,6 +307,22 @@ impl CodeMap for Table {
         }
     }
 
+    /// Remembered in the rule cache: stack scanning asks this of the same
+    /// words walk after walk, and each answer costs a checked read.
+    fn follows_call<A: crate::arch::Arch>(&self, ra: u64) -> bool {
+        // Return addresses are user addresses, below 2^63: the high bit
+        // keeps these keys apart from lookups.
+        let key = ra | 1 << 63;
+        if let Some(hit) = crate::rule_cache::get(key, self.generation) {
+            return hit == Lookup::NoInfo;
+        }
+        let mut before = [0u8; 8];
+        let yes = ra >= 8 && self.read_code(ra - 8, &mut before) && A::ends_with_call(&before);
+        let answer = if yes { Lookup::NoInfo } else { Lookup::Outside };
+        crate::rule_cache::put(key, self.generation, &answer);
+        yes
+    }
+
     /// glibc's restorer and the vDSO's trampoline, found at refresh.
     fn is_known_trampoline(&self, pc: u64) -> bool {
         self.is_trampoline(pc)

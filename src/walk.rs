@@ -99,6 +99,13 @@ pub trait CodeMap {
     /// Reads code bytes at `addr`; `false` unless the whole range is known,
     /// readable code.
     fn read_code(&self, addr: u64, buf: &mut [u8]) -> bool;
+    /// Whether the instruction just before `ra` is a call. The default
+    /// reads the code; implementations may remember the answer.
+    fn follows_call<A: Arch>(&self, ra: u64) -> bool {
+        let mut before = [0u8; 8];
+        ra >= 8 && self.read_code(ra - 8, &mut before) && A::ends_with_call(&before)
+    }
+
     /// Whether `pc` is a signal-return trampoline known in advance (cheap;
     /// checked for every frame without a row of its own).
     fn is_known_trampoline(&self, pc: u64) -> bool {
@@ -328,8 +335,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
 
     /// Whether `pc` follows a call instruction in known code.
     fn after_call(&self, pc: u64) -> bool {
-        let mut before = [0u8; 8];
-        pc >= 8 && self.code.read_code(pc - 8, &mut before) && A::ends_with_call(&before)
+        self.code.follows_call::<A>(pc)
     }
 
     /// Applies an SP-based row when the current sp is only a lower bound:

@@ -162,11 +162,16 @@ impl LiveMemory {
             regions: Default::default(),
             count: Cell::new(0),
         };
-        if let Some((lo, hi)) = registered_stack() {
+        let registered = registered_stack();
+        if let Some((lo, hi)) = registered {
             m.push(Region { lo, hi, limit: hi });
         }
-        if let Some((lo, hi)) = current_altstack() {
-            m.push(Region { lo, hi, limit: hi });
+        // Only when the walk starts off the registered stack is it worth a
+        // system call to learn the alternate signal stack.
+        if !registered.is_some_and(|(lo, hi)| sp >= lo && sp < hi) {
+            if let Some((lo, hi)) = current_altstack() {
+                m.push(Region { lo, hi, limit: hi });
+            }
         }
         m.enter_stack(sp);
         m
