@@ -15,228 +15,240 @@
 //!
 //! `cargo bench --bench walk`; `STACKMARK_BENCH_QUICK=1` for a short run.
 
-use std::cell::Cell;
-use std::ffi::c_void;
-use std::hint::black_box;
-use std::time::Duration;
+#[cfg(target_os = "linux")]
+mod bench {
+    use std::cell::Cell;
+    use std::ffi::c_void;
+    use std::hint::black_box;
+    use std::time::Duration;
 
-use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
-use stackmark::{Frame, WalkOptions};
+    use criterion::{BatchSize, Criterion};
+    use stackmark::{Frame, WalkOptions};
 
-thread_local! {
-    static TASK: Cell<Option<*mut (dyn FnMut() + 'static)>> = const { Cell::new(None) };
-}
-
-extern "C" fn run_task(_: u64) -> u64 {
-    let task = TASK.with(|t| t.get()).expect("a task");
-    // SAFETY: `at_depth` keeps the closure alive for this call.
-    unsafe { (*task)() };
-    0
-}
-
-/// Runs `f` with `depth` C frames (SFrame and frame pointers) below it.
-fn at_depth(depth: u64, f: &mut dyn FnMut()) {
-    // SAFETY: the pointer is only used during the call below, while `f`
-    // lives; the lifetime is erased to store it in the thread-local.
-    let f: *mut (dyn FnMut() + 'static) = unsafe { std::mem::transmute(f) };
-    TASK.with(|t| t.set(Some(f)));
-    // SAFETY: the fixture only recurses and calls back.
-    unsafe { stackmark_fixtures::c_bench_recurse(run_task, depth) };
-    TASK.with(|t| t.set(None));
-}
-
-extern "C" {
-    fn backtrace(buffer: *mut *mut c_void, size: i32) -> i32;
-}
-
-#[cfg(target_arch = "x86_64")]
-mod fh {
-    use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
-    use framehop::{ExplicitModuleSectionInfo, Module, Unwinder};
-    use object::{Object, ObjectSection, ObjectSegment};
-
-    pub struct Framehop {
-        unwinder: UnwinderX86_64<Vec<u8>>,
-        cache: CacheX86_64,
-        stack: (u64, u64),
+    thread_local! {
+        static TASK: Cell<Option<*mut (dyn FnMut() + 'static)>> = const { Cell::new(None) };
     }
 
-    impl Framehop {
-        /// Registers this executable's `.eh_frame` with framehop.
-        pub fn new() -> Framehop {
-            let table = stackmark::modules::current().expect("init");
-            let exe = &table.modules()[0];
-            let data = std::fs::read(String::from_utf8_lossy(exe.name()).as_ref()).unwrap();
-            let file = object::File::parse(&*data).unwrap();
-            let section = |name: &str| {
-                let s = file.section_by_name(name)?;
-                Some((s.address()..s.address() + s.size(), s.data().ok()?.to_vec()))
-            };
-            let (text_svma, text) = section(".text").unzip();
-            let (eh_frame_svma, eh_frame) = section(".eh_frame").unzip();
-            let (eh_frame_hdr_svma, eh_frame_hdr) = section(".eh_frame_hdr").unzip();
-            let got_svma = section(".got").map(|s| s.0);
-            let end = file
-                .segments()
-                .map(|s| s.address() + s.size())
-                .max()
-                .unwrap();
-            let info = ExplicitModuleSectionInfo {
-                base_svma: 0,
-                text_svma,
-                text,
-                got_svma,
-                eh_frame_svma,
-                eh_frame,
-                eh_frame_hdr_svma,
-                eh_frame_hdr,
-                ..Default::default()
-            };
-            let mut unwinder = UnwinderX86_64::new();
-            unwinder.add_module(Module::new(
-                "bench".into(),
-                exe.bias..exe.bias + end,
-                exe.bias,
-                info,
-            ));
-            let stack = stackmark::os::linux::registered_stack().expect("registered thread");
-            Framehop {
-                unwinder,
-                cache: CacheX86_64::new(),
-                stack,
-            }
-        }
-
-        /// Walks from the given registers; returns the frame count.
-        pub fn walk(&mut self, rip: u64, rsp: u64, rbp: u64) -> usize {
-            let (lo, hi) = self.stack;
-            let mut read = |addr: u64| {
-                if addr >= lo && addr + 8 <= hi && addr % 8 == 0 {
-                    // SAFETY: inside this thread's stack.
-                    Ok(unsafe { *(addr as *const u64) })
-                } else {
-                    Err(())
-                }
-            };
-            let mut it = self.unwinder.iter_frames(
-                rip,
-                UnwindRegsX86_64::new(rip, rsp, rbp),
-                &mut self.cache,
-                &mut read,
-            );
-            let mut n = 0;
-            while let Ok(Some(_)) = it.next() {
-                n += 1;
-            }
-            n
-        }
+    extern "C" fn run_task(_: u64) -> u64 {
+        let task = TASK.with(|t| t.get()).expect("a task");
+        // SAFETY: `at_depth` keeps the closure alive for this call.
+        unsafe { (*task)() };
+        0
     }
-}
 
-fn config() -> Criterion {
-    let quick = std::env::var_os("STACKMARK_BENCH_QUICK").is_some();
-    Criterion::default()
-        .warm_up_time(Duration::from_millis(if quick { 100 } else { 500 }))
-        .measurement_time(Duration::from_millis(if quick { 300 } else { 2000 }))
-        .sample_size(if quick { 10 } else { 50 })
-}
+    /// Runs `f` with `depth` C frames (SFrame and frame pointers) below it.
+    fn at_depth(depth: u64, f: &mut dyn FnMut()) {
+        // SAFETY: the pointer is only used during the call below, while `f`
+        // lives; the lifetime is erased to store it in the thread-local.
+        let f: *mut (dyn FnMut() + 'static) = unsafe { std::mem::transmute(f) };
+        TASK.with(|t| t.set(Some(f)));
+        // SAFETY: the fixture only recurses and calls back.
+        unsafe { stackmark_fixtures::c_bench_recurse(run_task, depth) };
+        TASK.with(|t| t.set(None));
+    }
 
-fn walks(c: &mut Criterion) {
-    stackmark::init().unwrap();
+    extern "C" {
+        fn backtrace(buffer: *mut *mut c_void, size: i32) -> i32;
+    }
+
     #[cfg(target_arch = "x86_64")]
-    let mut framehop = fh::Framehop::new();
-    let fp_only = WalkOptions {
-        use_tables: false,
-        ..WalkOptions::default()
-    };
-    for depth in [16u64, 64, 256] {
-        at_depth(depth, &mut || {
-            let (regs, precise) = stackmark::capture_here();
-            let mut frames = [Frame::default(); 512];
-            let mut group = c.benchmark_group(format!("depth{depth}"));
-            let n = stackmark::walk_from(regs, precise, WalkOptions::default(), &mut frames);
-            let m = stackmark::walk_from(regs, precise, fp_only, &mut frames);
-            eprintln!("depth {depth}: stackmark/sframe {n} frames, stackmark/fp {m} frames");
-            group.bench_function("stackmark/sframe", |b| {
-                b.iter(|| stackmark::walk_from(regs, precise, WalkOptions::default(), &mut frames))
-            });
-            group.bench_function("stackmark/fp", |b| {
-                b.iter(|| stackmark::walk_from(regs, precise, fp_only, &mut frames))
-            });
-            group.bench_function("stackmark/sframe-cold", |b| {
-                b.iter_batched(
-                    stackmark::rule_cache::clear,
-                    |_| stackmark::walk_from(regs, precise, WalkOptions::default(), &mut frames),
-                    BatchSize::PerIteration,
-                )
-            });
-            let mut count = 0;
-            backtrace::trace(|_| {
-                count += 1;
-                true
-            });
-            eprintln!("depth {depth}: backtrace-rs {count} frames");
-            group.bench_function("backtrace-rs", |b| {
-                b.iter(|| {
-                    let mut n = 0usize;
-                    backtrace::trace(|_| {
-                        n += 1;
-                        true
+    mod fh {
+        use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
+        use framehop::{ExplicitModuleSectionInfo, Module, Unwinder};
+        use object::{Object, ObjectSection, ObjectSegment};
+
+        pub struct Framehop {
+            unwinder: UnwinderX86_64<Vec<u8>>,
+            cache: CacheX86_64,
+            stack: (u64, u64),
+        }
+
+        impl Framehop {
+            /// Registers this executable's `.eh_frame` with framehop.
+            pub fn new() -> Framehop {
+                let table = stackmark::modules::current().expect("init");
+                let exe = &table.modules()[0];
+                let data = std::fs::read(String::from_utf8_lossy(exe.name()).as_ref()).unwrap();
+                let file = object::File::parse(&*data).unwrap();
+                let section = |name: &str| {
+                    let s = file.section_by_name(name)?;
+                    Some((s.address()..s.address() + s.size(), s.data().ok()?.to_vec()))
+                };
+                let (text_svma, text) = section(".text").unzip();
+                let (eh_frame_svma, eh_frame) = section(".eh_frame").unzip();
+                let (eh_frame_hdr_svma, eh_frame_hdr) = section(".eh_frame_hdr").unzip();
+                let got_svma = section(".got").map(|s| s.0);
+                let end = file
+                    .segments()
+                    .map(|s| s.address() + s.size())
+                    .max()
+                    .unwrap();
+                let info = ExplicitModuleSectionInfo {
+                    base_svma: 0,
+                    text_svma,
+                    text,
+                    got_svma,
+                    eh_frame_svma,
+                    eh_frame,
+                    eh_frame_hdr_svma,
+                    eh_frame_hdr,
+                    ..Default::default()
+                };
+                let mut unwinder = UnwinderX86_64::new();
+                unwinder.add_module(Module::new(
+                    "bench".into(),
+                    exe.bias..exe.bias + end,
+                    exe.bias,
+                    info,
+                ));
+                let stack = stackmark::os::linux::registered_stack().expect("registered thread");
+                Framehop {
+                    unwinder,
+                    cache: CacheX86_64::new(),
+                    stack,
+                }
+            }
+
+            /// Walks from the given registers; returns the frame count.
+            pub fn walk(&mut self, rip: u64, rsp: u64, rbp: u64) -> usize {
+                let (lo, hi) = self.stack;
+                let mut read = |addr: u64| {
+                    if addr >= lo && addr + 8 <= hi && addr % 8 == 0 {
+                        // SAFETY: inside this thread's stack.
+                        Ok(unsafe { *(addr as *const u64) })
+                    } else {
+                        Err(())
+                    }
+                };
+                let mut it = self.unwinder.iter_frames(
+                    rip,
+                    UnwindRegsX86_64::new(rip, rsp, rbp),
+                    &mut self.cache,
+                    &mut read,
+                );
+                let mut n = 0;
+                while let Ok(Some(_)) = it.next() {
+                    n += 1;
+                }
+                n
+            }
+        }
+    }
+
+    fn config() -> Criterion {
+        let quick = std::env::var_os("STACKMARK_BENCH_QUICK").is_some();
+        Criterion::default()
+            .warm_up_time(Duration::from_millis(if quick { 100 } else { 500 }))
+            .measurement_time(Duration::from_millis(if quick { 300 } else { 2000 }))
+            .sample_size(if quick { 10 } else { 50 })
+    }
+
+    fn walks(c: &mut Criterion) {
+        stackmark::init().unwrap();
+        #[cfg(target_arch = "x86_64")]
+        let mut framehop = fh::Framehop::new();
+        let fp_only = WalkOptions {
+            use_tables: false,
+            ..WalkOptions::default()
+        };
+        for depth in [16u64, 64, 256] {
+            at_depth(depth, &mut || {
+                let (regs, precise) = stackmark::capture_here();
+                let mut frames = [Frame::default(); 512];
+                let mut group = c.benchmark_group(format!("depth{depth}"));
+                let n = stackmark::walk_from(regs, precise, WalkOptions::default(), &mut frames);
+                let m = stackmark::walk_from(regs, precise, fp_only, &mut frames);
+                eprintln!("depth {depth}: stackmark/sframe {n} frames, stackmark/fp {m} frames");
+                group.bench_function("stackmark/sframe", |b| {
+                    b.iter(|| {
+                        stackmark::walk_from(regs, precise, WalkOptions::default(), &mut frames)
+                    })
+                });
+                group.bench_function("stackmark/fp", |b| {
+                    b.iter(|| stackmark::walk_from(regs, precise, fp_only, &mut frames))
+                });
+                group.bench_function("stackmark/sframe-cold", |b| {
+                    b.iter_batched(
+                        stackmark::rule_cache::clear,
+                        |_| {
+                            stackmark::walk_from(regs, precise, WalkOptions::default(), &mut frames)
+                        },
+                        BatchSize::PerIteration,
+                    )
+                });
+                let mut count = 0;
+                backtrace::trace(|_| {
+                    count += 1;
+                    true
+                });
+                eprintln!("depth {depth}: backtrace-rs {count} frames");
+                group.bench_function("backtrace-rs", |b| {
+                    b.iter(|| {
+                        let mut n = 0usize;
+                        backtrace::trace(|_| {
+                            n += 1;
+                            true
+                        });
+                        n
+                    })
+                });
+                let mut buf = [std::ptr::null_mut::<c_void>(); 512];
+                // SAFETY: the buffer holds 512 pointers.
+                let g = unsafe { backtrace(buf.as_mut_ptr(), 512) };
+                eprintln!("depth {depth}: glibc {g} frames");
+                group.bench_function("glibc", |b| {
+                    // SAFETY: as above.
+                    b.iter(|| unsafe { backtrace(buf.as_mut_ptr(), 512) })
+                });
+                #[cfg(target_arch = "x86_64")]
+                {
+                    let f = framehop.walk(regs.rip, regs.rsp, regs.rbp);
+                    eprintln!("depth {depth}: framehop {f} frames");
+                    group.bench_function("framehop", |b| {
+                        b.iter(|| framehop.walk(regs.rip, regs.rsp, regs.rbp))
                     });
-                    n
+                }
+                group.finish();
+            });
+        }
+    }
+
+    fn report_and_init(c: &mut Criterion) {
+        stackmark::init().unwrap();
+        c.bench_function("init/refresh", |b| b.iter(|| stackmark::refresh().unwrap()));
+        at_depth(48, &mut || {
+            let mut frames = [Frame::default(); 64];
+            let n = stackmark::walk_here(&mut frames);
+            let table = stackmark::modules::current().unwrap();
+            let mut out = vec![0u8; 64 * 1024];
+            eprintln!(
+                "markup report: {n} frames, {} modules",
+                table.modules().len()
+            );
+            c.bench_function("markup/report-64-frames-all-modules", |b| {
+                b.iter(|| {
+                    let mut sink = stackmark::markup::SliceSink::new(&mut out);
+                    let mut m = stackmark::markup::Markup::new(&mut sink);
+                    m.backtrace(
+                        table.modules(),
+                        &frames[..n],
+                        stackmark::markup::Scope::AllModules,
+                    );
+                    black_box(sink.as_bytes().len())
                 })
             });
-            let mut buf = [std::ptr::null_mut::<c_void>(); 512];
-            // SAFETY: the buffer holds 512 pointers.
-            let g = unsafe { backtrace(buf.as_mut_ptr(), 512) };
-            eprintln!("depth {depth}: glibc {g} frames");
-            group.bench_function("glibc", |b| {
-                // SAFETY: as above.
-                b.iter(|| unsafe { backtrace(buf.as_mut_ptr(), 512) })
-            });
-            #[cfg(target_arch = "x86_64")]
-            {
-                let f = framehop.walk(regs.rip, regs.rsp, regs.rbp);
-                eprintln!("depth {depth}: framehop {f} frames");
-                group.bench_function("framehop", |b| {
-                    b.iter(|| framehop.walk(regs.rip, regs.rsp, regs.rbp))
-                });
-            }
-            group.finish();
         });
+    }
+
+    pub fn main() {
+        let mut c = config().configure_from_args();
+        walks(&mut c);
+        report_and_init(&mut c);
+        c.final_summary();
     }
 }
 
-fn report_and_init(c: &mut Criterion) {
-    stackmark::init().unwrap();
-    c.bench_function("init/refresh", |b| b.iter(|| stackmark::refresh().unwrap()));
-    at_depth(48, &mut || {
-        let mut frames = [Frame::default(); 64];
-        let n = stackmark::walk_here(&mut frames);
-        let table = stackmark::modules::current().unwrap();
-        let mut out = vec![0u8; 64 * 1024];
-        eprintln!(
-            "markup report: {n} frames, {} modules",
-            table.modules().len()
-        );
-        c.bench_function("markup/report-64-frames-all-modules", |b| {
-            b.iter(|| {
-                let mut sink = stackmark::markup::SliceSink::new(&mut out);
-                let mut m = stackmark::markup::Markup::new(&mut sink);
-                m.backtrace(
-                    table.modules(),
-                    &frames[..n],
-                    stackmark::markup::Scope::AllModules,
-                );
-                black_box(sink.as_bytes().len())
-            })
-        });
-    });
+fn main() {
+    #[cfg(target_os = "linux")]
+    bench::main();
 }
-
-criterion_group! {
-    name = benches;
-    config = config();
-    targets = walks, report_and_init
-}
-criterion_main!(benches);
