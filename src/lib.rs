@@ -26,6 +26,8 @@ mod live;
 #[cfg(target_os = "linux")]
 pub mod panic_hook;
 #[cfg(target_os = "linux")]
+pub mod sample;
+#[cfg(target_os = "linux")]
 pub use live::*;
 
 #[cfg(target_os = "linux")]

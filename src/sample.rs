@@ -1,0 +1,225 @@
+//! The sampling profiler: a SIGPROF handler that walks the interrupted
+//! thread from its `ucontext` into a fixed, lock-free ring of samples, and a
+//! reader that drains it outside the handler.
+//!
+//! The handler allocates nothing and takes no lock, so it is safe wherever
+//! the signal lands: inside malloc, the dynamic loader, or a walk. Samples
+//! that find the ring full are counted and dropped, never waited for.
+//!
+//! ```no_run
+//! stackmark::init().unwrap();
+//! stackmark::sample::start(1000).unwrap(); // 1 kHz of CPU time, all threads
+//! // ... the workload ...
+//! stackmark::sample::stop();
+//! stackmark::sample::drain(|s| println!("{} frames", s.frames().len()));
+//! ```
+
+use core::cell::UnsafeCell;
+use core::ffi::{c_int, c_void};
+use core::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering::*};
+
+use crate::walk::Frame;
+
+/// Most frames kept per sample.
+pub const SAMPLE_DEPTH: usize = 64;
+/// Samples the ring holds before new ones are dropped.
+pub const RING_SLOTS: usize = 4096;
+
+/// One sample: the return addresses of the interrupted thread, innermost
+/// first. Frame 0 is the exact interrupted pc.
+#[derive(Clone, Copy, Debug)]
+pub struct Sample {
+    /// The sampled thread's id.
+    pub tid: i32,
+    len: u16,
+    pcs: [u64; SAMPLE_DEPTH],
+}
+
+impl Sample {
+    /// The pcs, innermost first: the interrupted instruction, then return
+    /// addresses (look those up as `pc - 1`).
+    pub fn frames(&self) -> &[u64] {
+        &self.pcs[..self.len as usize]
+    }
+}
+
+const EMPTY: u8 = 0;
+const WRITING: u8 = 1;
+const FULL: u8 = 2;
+
+struct Slot {
+    state: AtomicU8,
+    sample: UnsafeCell<Sample>,
+}
+
+struct Ring {
+    slots: [Slot; RING_SLOTS],
+    next: AtomicUsize,
+    read: AtomicUsize,
+    dropped: AtomicU64,
+    taken: AtomicU64,
+    /// Nanoseconds spent inside the handler, for overhead reports.
+    handler_ns: AtomicU64,
+}
+
+// SAFETY: a slot's sample is written only by the writer that moved its state
+// EMPTY -> WRITING, and read only by the reader after it saw FULL.
+unsafe impl Sync for Ring {}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const SLOT: Slot = Slot {
+    state: AtomicU8::new(EMPTY),
+    sample: UnsafeCell::new(Sample {
+        tid: 0,
+        len: 0,
+        pcs: [0; SAMPLE_DEPTH],
+    }),
+};
+
+static RING: Ring = Ring {
+    slots: [SLOT; RING_SLOTS],
+    next: AtomicUsize::new(0),
+    read: AtomicUsize::new(0),
+    dropped: AtomicU64::new(0),
+    taken: AtomicU64::new(0),
+    handler_ns: AtomicU64::new(0),
+};
+
+fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime fills `ts`; async-signal-safe.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Records one sample of the interrupted context `uc`. This is what the
+/// SIGPROF handler does; call it from a handler of your own to sample on
+/// another signal. Async-signal-safe, lock-free, allocation-free.
+///
+/// # Safety
+/// `uc` must be the `ucontext_t` the kernel passed to an `SA_SIGINFO`
+/// handler.
+pub unsafe fn record(uc: *const c_void) {
+    let start = now_ns();
+    let mut frames = [Frame::default(); SAMPLE_DEPTH];
+    // SAFETY: forwarded from the caller.
+    let n = unsafe { crate::walk_ucontext(uc, &mut frames) };
+    let i = RING.next.fetch_add(1, Relaxed) % RING_SLOTS;
+    let slot = &RING.slots[i];
+    if slot
+        .state
+        .compare_exchange(EMPTY, WRITING, Acquire, Relaxed)
+        .is_ok()
+    {
+        // SAFETY: WRITING makes this writer the slot's only user.
+        let s = unsafe { &mut *slot.sample.get() };
+        // SAFETY: gettid has no preconditions.
+        s.tid = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
+        s.len = n as u16;
+        for (d, f) in s.pcs.iter_mut().zip(&frames[..n]) {
+            *d = f.pc;
+        }
+        slot.state.store(FULL, Release);
+        RING.taken.fetch_add(1, Relaxed);
+    } else {
+        RING.dropped.fetch_add(1, Relaxed);
+    }
+    RING.handler_ns
+        .fetch_add(now_ns().saturating_sub(start), Relaxed);
+}
+
+extern "C" fn on_sigprof(_sig: c_int, _info: *mut libc::siginfo_t, uc: *mut c_void) {
+    let errno = std::io::Error::last_os_error().raw_os_error();
+    // SAFETY: `uc` comes from the kernel.
+    unsafe { record(uc) };
+    // The interrupted code may be between a failing call and its errno
+    // check: put errno back as it was.
+    if let Some(e) = errno {
+        // SAFETY: __errno_location is this thread's errno.
+        unsafe { *libc::__errno_location() = e };
+    }
+}
+
+/// Starts sampling every thread at `hz` samples per second of CPU time
+/// (`setitimer(ITIMER_PROF)` and SIGPROF). Builds the module table first if
+/// needed. Not async-signal-safe; call from normal code.
+pub fn start(hz: u32) -> std::io::Result<()> {
+    if crate::modules::current().is_none() {
+        let _ = crate::init();
+    }
+    // SAFETY: installs a handler that only records samples, then arms the
+    // process CPU-time timer.
+    unsafe {
+        let mut sa: libc::sigaction = core::mem::zeroed();
+        sa.sa_sigaction = on_sigprof as *const () as usize;
+        sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+        libc::sigemptyset(&mut sa.sa_mask);
+        if libc::sigaction(libc::SIGPROF, &sa, core::ptr::null_mut()) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    // The handler's trampoline is known now: let walks cross it.
+    let _ = crate::refresh();
+    let usec = (1_000_000 / hz.max(1)) as i64;
+    set_timer(usec)
+}
+
+fn set_timer(usec: i64) -> std::io::Result<()> {
+    let tv = libc::timeval {
+        tv_sec: usec / 1_000_000,
+        tv_usec: (usec % 1_000_000) as _,
+    };
+    let it = libc::itimerval {
+        it_interval: tv,
+        it_value: tv,
+    };
+    // SAFETY: setitimer with a valid itimerval.
+    if unsafe { libc::setitimer(libc::ITIMER_PROF, &it, core::ptr::null_mut()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Stops the timer (the handler stays installed, so a late signal is still
+/// harmless).
+pub fn stop() {
+    let _ = set_timer(0);
+}
+
+/// Hands every recorded sample to `f`, oldest first, and frees its slot.
+/// Call from one thread at a time, outside signal handlers.
+pub fn drain(mut f: impl FnMut(&Sample)) -> usize {
+    let mut n = 0;
+    loop {
+        let r = RING.read.load(Relaxed);
+        if r == RING.next.load(Acquire) {
+            return n;
+        }
+        let slot = &RING.slots[r % RING_SLOTS];
+        match slot.state.load(Acquire) {
+            FULL => {
+                // SAFETY: FULL hands the slot to the reader.
+                f(unsafe { &*slot.sample.get() });
+                slot.state.store(EMPTY, Release);
+                n += 1;
+            }
+            // A writer claimed the slot but found it busy (dropped), or is
+            // still writing: skip it rather than wait in a loop.
+            _ => {}
+        }
+        RING.read.store(r + 1, Relaxed);
+    }
+}
+
+/// Counters: samples recorded, samples dropped (ring full), and total
+/// nanoseconds spent in the handler.
+pub fn stats() -> (u64, u64, u64) {
+    (
+        RING.taken.load(Relaxed),
+        RING.dropped.load(Relaxed),
+        RING.handler_ns.load(Relaxed),
+    )
+}
