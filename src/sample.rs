@@ -199,16 +199,13 @@ pub fn drain(mut f: impl FnMut(&Sample)) -> usize {
             return n;
         }
         let slot = &RING.slots[r % RING_SLOTS];
-        match slot.state.load(Acquire) {
-            FULL => {
-                // SAFETY: FULL hands the slot to the reader.
-                f(unsafe { &*slot.sample.get() });
-                slot.state.store(EMPTY, Release);
-                n += 1;
-            }
-            // A writer claimed the slot but found it busy (dropped), or is
-            // still writing: skip it rather than wait in a loop.
-            _ => {}
+        // A slot not FULL was claimed by a writer that found it busy
+        // (dropped) or is still being written: skip it rather than wait.
+        if slot.state.load(Acquire) == FULL {
+            // SAFETY: FULL hands the slot to the reader.
+            f(unsafe { &*slot.sample.get() });
+            slot.state.store(EMPTY, Release);
+            n += 1;
         }
         RING.read.store(r + 1, Relaxed);
     }
