@@ -43,6 +43,16 @@ impl Sample {
     }
 }
 
+/// How samples walk: like a crash report, but scanning is kept short, since
+/// at the outer end of every stack it only costs time.
+pub const PROFILE_OPTIONS: crate::walk::WalkOptions = crate::walk::WalkOptions {
+    max_depth: SAMPLE_DEPTH,
+    use_tables: true,
+    use_frame_pointers: true,
+    scan_words: 64,
+    max_scans_in_a_row: 1,
+};
+
 const EMPTY: u8 = 0;
 const WRITING: u8 = 1;
 const FULL: u8 = 2;
@@ -106,7 +116,8 @@ pub unsafe fn record(uc: *const c_void) {
     let start = now_ns();
     let mut frames = [Frame::default(); SAMPLE_DEPTH];
     // SAFETY: forwarded from the caller.
-    let n = unsafe { crate::walk_ucontext(uc, &mut frames) };
+    let regs = unsafe { crate::regs_from_ucontext(uc) };
+    let n = crate::walk_from(regs, true, PROFILE_OPTIONS, &mut frames);
     let i = RING.next.fetch_add(1, Relaxed) % RING_SLOTS;
     let slot = &RING.slots[i];
     if slot

@@ -1,0 +1,157 @@
+//! Samples its own workload on all its threads with SIGPROF, then prints the
+//! samples as markup context plus folded stacks, and its own overhead.
+//!
+//! `cargo run --release --example profile [SECONDS] [HZ] > profile.txt`
+//! (defaults: 3 s at 1000 Hz). The workload runs 60 frames deep, through
+//! SFrame-only C frames (`c_recurse`) and Rust frames.
+//!
+//! Output, on standard output: the markup context (`{{{reset}}}`,
+//! `{{{module}}}`, `{{{mmap}}}`), then one line per distinct stack,
+//! outermost frame first, in the folded format flame graph tools read:
+//! `{{{pc:0x...:ra}}};...;{{{pc:0x...:pc}}} COUNT`. The overhead report goes
+//! to standard error. See the README for turning it into a flame graph.
+
+use std::collections::HashMap;
+use std::hint::black_box;
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::time::{Duration, Instant};
+
+use stackmark::markup::{Markup, Scope, SliceSink};
+
+static STOP: AtomicBool = AtomicBool::new(false);
+static WORK: AtomicU64 = AtomicU64::new(0);
+
+/// A hot loop in Rust.
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn profile_rust_hot(n: u64) -> u64 {
+    let mut acc = 0u64;
+    for i in 0..n {
+        acc = black_box(acc.wrapping_mul(6364136223846793005).wrapping_add(i));
+    }
+    acc
+}
+
+/// Called back at the bottom of the C recursion: alternates between the
+/// Rust hot loop and the C one.
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn profile_leaf_work(_: u64) -> u64 {
+    let mut x = 0;
+    while !STOP.load(SeqCst) {
+        x ^= profile_rust_hot(50_000);
+        // SAFETY: a plain computation in the fixture.
+        x ^= unsafe { stackmark_fixtures::c_hot_caller(50_000) };
+        WORK.fetch_add(1, SeqCst);
+    }
+    x
+}
+
+/// A worker thread: 60 SFrame-only C frames, then the hot loops.
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn profile_worker() -> u64 {
+    // SAFETY: the fixture recurses, then calls back.
+    unsafe { stackmark_fixtures::c_recurse(profile_leaf_work, 56) }
+}
+
+fn cpu_time_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: fills `ts`.
+    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Runs the workload on `threads` threads for `secs`; returns work done.
+fn run(threads: usize, secs: f64, mut on_tick: impl FnMut()) -> u64 {
+    STOP.store(false, SeqCst);
+    WORK.store(0, SeqCst);
+    let workers: Vec<_> = (0..threads)
+        .map(|_| {
+            std::thread::spawn(|| {
+                stackmark::register_thread();
+                profile_worker()
+            })
+        })
+        .collect();
+    let end = Instant::now() + Duration::from_secs_f64(secs);
+    while Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(10));
+        on_tick();
+    }
+    STOP.store(true, SeqCst);
+    for w in workers {
+        w.join().unwrap();
+    }
+    WORK.load(SeqCst)
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let secs: f64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(3.0);
+    let hz: u32 = args.next().and_then(|a| a.parse().ok()).unwrap_or(1000);
+    let threads = 2;
+    stackmark::init().unwrap();
+
+    // The same workload without sampling, for comparison.
+    let base_work = run(threads, secs, || {});
+
+    let mut folded: HashMap<Vec<u64>, u64> = HashMap::new();
+    let mut keep = |s: &stackmark::sample::Sample| {
+        *folded.entry(s.frames().to_vec()).or_default() += 1;
+    };
+    let cpu0 = cpu_time_ns();
+    let (_, _, handler0) = stackmark::sample::stats();
+    stackmark::sample::start(hz).expect("start sampling");
+    let work = run(threads, secs, || {
+        stackmark::sample::drain(&mut keep);
+    });
+    stackmark::sample::stop();
+    stackmark::sample::drain(&mut keep);
+    let cpu = cpu_time_ns() - cpu0;
+    let (taken, dropped, handler) = stackmark::sample::stats();
+    let handler = handler - handler0;
+
+    // Context: every module (samples may land anywhere).
+    let table = stackmark::modules::current().unwrap();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut sink = SliceSink::new(&mut buf);
+    Markup::new(&mut sink).context(table.modules(), &[], Scope::AllModules);
+    let mut out = std::io::stdout().lock();
+    out.write_all(sink.as_bytes()).unwrap();
+    let mut stacks: Vec<_> = folded.into_iter().collect();
+    stacks.sort_by(|a, b| b.1.cmp(&a.1));
+    for (pcs, count) in &stacks {
+        let mut line = String::new();
+        for (i, pc) in pcs.iter().enumerate().rev() {
+            let kind = if i == 0 { "pc" } else { "ra" };
+            line.push_str(&format!("{{{{{{pc:{pc:#018x}:{kind}}}}}}}"));
+            line.push(if i == 0 { ' ' } else { ';' });
+        }
+        writeln!(out, "{line}{count}").unwrap();
+    }
+    let depth: usize = stacks
+        .iter()
+        .map(|(p, c)| p.len() * *c as usize)
+        .sum::<usize>()
+        / (taken.max(1) as usize);
+    eprintln!(
+        "profile: {taken} samples ({dropped} dropped) at {hz} Hz over {secs} s on {threads} threads, {} distinct stacks, {depth} frames deep on average",
+        stacks.len()
+    );
+    eprintln!(
+        "profile: {:.1} µs per sample in the signal handler; {:.3}% of the CPU time ({} ms of {} ms)",
+        handler as f64 / taken.max(1) as f64 / 1000.0,
+        handler as f64 * 100.0 / cpu as f64,
+        handler / 1_000_000,
+        cpu / 1_000_000
+    );
+    eprintln!(
+        "profile: work done {work} with sampling, {base_work} without ({:+.2}%)",
+        (work as f64 / base_work.max(1) as f64 - 1.0) * 100.0
+    );
+}
