@@ -124,7 +124,7 @@ fn main() {
     let mut out = std::io::stdout().lock();
     out.write_all(sink.as_bytes()).unwrap();
     let mut stacks: Vec<_> = folded.into_iter().collect();
-    stacks.sort_by(|a, b| b.1.cmp(&a.1));
+    stacks.sort_by_key(|s| std::cmp::Reverse(s.1));
     for (pcs, count) in &stacks {
         let mut line = String::new();
         for (i, pc) in pcs.iter().enumerate().rev() {
