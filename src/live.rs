@@ -22,6 +22,9 @@ impl CodeMap for TableGuard {
     fn is_code(&self, addr: u64) -> bool {
         (**self).is_code(addr)
     }
+    fn code_range(&self, addr: u64) -> Option<(u64, u64)> {
+        (**self).code_range(addr)
+    }
     fn read_code(&self, addr: u64, buf: &mut [u8]) -> bool {
         (**self).read_code(addr, buf)
     }

@@ -295,8 +295,18 @@ impl CodeMap for Table {
         found
     }
 
+    /// A binary search over a handful of text ranges: cheaper than a
+    /// cache probe, and it keeps the cache for rows.
     fn is_code(&self, addr: u64) -> bool {
-        self.lookup(addr) != Lookup::Outside
+        self.module_for_code(addr).is_some()
+    }
+
+    fn code_range(&self, addr: u64) -> Option<(u64, u64)> {
+        let m = self.module_for_code(addr)?;
+        m.segments()
+            .iter()
+            .find(|s| s.executable() && s.contains(addr))
+            .map(|s| (s.start, s.start.saturating_add(s.size)))
     }
 
     fn read_code(&self, addr: u64, buf: &mut [u8]) -> bool {

@@ -96,6 +96,13 @@ pub trait CodeMap {
     fn lookup(&self, pc: u64) -> Lookup;
     /// Whether `addr` lies in an executable segment of a known module.
     fn is_code(&self, addr: u64) -> bool;
+
+    /// The executable range `[start, end)` holding `addr`, if any: the walk
+    /// remembers the last one, since consecutive frames mostly share a
+    /// module. The default knows only `addr` itself.
+    fn code_range(&self, addr: u64) -> Option<(u64, u64)> {
+        self.is_code(addr).then(|| (addr, addr.wrapping_add(1)))
+    }
     /// Reads code bytes at `addr`; `false` unless the whole range is known,
     /// readable code.
     fn read_code(&self, addr: u64, buf: &mut [u8]) -> bool;
@@ -256,10 +263,10 @@ pub struct Walker<A: Arch, M, C> {
     sp_exact: bool,
     /// Frames found by scanning in a row, up to the current one.
     scans_in_a_row: usize,
+    /// The executable range the last accepted return address fell in.
+    last_code: core::cell::Cell<(u64, u64)>,
     /// The current frame was found by following the frame-pointer chain.
     reached_by_fp: bool,
-    /// The lookup `accept` made for the next frame's pc, reused by its step.
-    next_lookup: Option<(u64, Lookup)>,
     stop: StopReason,
 }
 
@@ -283,8 +290,8 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             ra_in_register_ok: true,
             sp_exact: true,
             scans_in_a_row: 0,
+            last_code: core::cell::Cell::new((0, 0)),
             reached_by_fp: false,
-            next_lookup: None,
             stop: StopReason::Running,
         }
     }
@@ -318,19 +325,30 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
     }
 
     /// Whether a candidate caller is plausible: a return address in known
-    /// code (or a signal trampoline) and a higher stack pointer. Keeps the
-    /// lookup of its pc for the next step.
-    fn accept(&mut self, cur: &Frame, next: &A::Regs) -> bool {
+    /// code (or a signal trampoline) and a higher stack pointer.
+    fn accept(&self, cur: &Frame, next: &A::Regs) -> bool {
         let pc = A::pc(next);
         if pc == 0 || A::sp(next) <= cur.sp {
             return false;
         }
-        let key = pc.wrapping_sub(1);
-        let lookup = self.code.lookup(key);
-        self.next_lookup = Some((key, lookup));
-        lookup != Lookup::Outside
+        self.in_code(pc.wrapping_sub(1))
             || self.code.is_known_trampoline(pc)
             || self.code.is_sigreturn::<A>(pc)
+    }
+
+    /// Whether `addr` is known code, trying the last range found first.
+    fn in_code(&self, addr: u64) -> bool {
+        let (lo, hi) = self.last_code.get();
+        if addr >= lo && addr < hi {
+            return true;
+        }
+        match self.code.code_range(addr) {
+            Some(r) => {
+                self.last_code.set(r);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Whether `pc` follows a call instruction in known code.
@@ -341,7 +359,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
     /// Applies an SP-based row when the current sp is only a lower bound:
     /// tries each higher stack slot as the sp and keeps the first whose
     /// recovered return address follows a call.
-    fn step_sframe_inexact_sp(&mut self, row: &Row, cur: &Frame) -> Option<A::Regs> {
+    fn step_sframe_inexact_sp(&self, row: &Row, cur: &Frame) -> Option<A::Regs> {
         const SEARCH_WORDS: u64 = 64;
         (0..SEARCH_WORDS).find_map(|k| {
             let regs = A::with_sp(&self.regs, A::sp(&self.regs).checked_add(k * 8)?);
@@ -354,9 +372,12 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
     fn step(&mut self, cur: &Frame) -> Result<(A::Regs, Method, bool), StopReason> {
         let regs = self.regs;
         let key = cur.lookup_pc();
-        let lookup = match self.next_lookup.take() {
-            Some((k, l)) if k == key => l,
-            _ => self.code.lookup(key),
+        let lookup = if self.opts.use_tables {
+            self.code.lookup(key)
+        } else if self.in_code(key) {
+            Lookup::NoInfo
+        } else {
+            Lookup::Outside
         };
         // Trampolines have no row of their own (or a row marked signal);
         // only outside known code is their code worth reading.
