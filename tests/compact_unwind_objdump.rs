@@ -13,9 +13,12 @@ fn hex(s: &str) -> u32 {
     u32::from_str_radix(s.trim().trim_start_matches("0x"), 16).unwrap()
 }
 
+/// Pairs of numbers: `(function offset, encoding)` or `(function offset, LSDA offset)`.
+type Pairs = Vec<(u32, u32)>;
+
 /// `(function offset, encoding)` of every second-level entry, and the LSDA
 /// descriptors `(function offset, LSDA offset)`, as llvm-objdump prints them.
-fn objdump(path: &Path) -> (Vec<(u32, u32)>, Vec<(u32, u32)>) {
+fn objdump(path: &Path) -> (Pairs, Pairs) {
     let out = Command::new("llvm-objdump-16")
         .arg("--unwind-info")
         .arg(path)
