@@ -29,3 +29,12 @@ fn saved_walk_inputs_walk_without_panics() {
     let n = replay("walk_synthetic", fuzz_support::walk_synthetic);
     assert!(n > 0, "seeds are saved in tests/data/fuzz/walk_synthetic");
 }
+
+#[test]
+fn saved_unwind_info_inputs_parse_without_panics() {
+    let n = replay("unwind_info_parse", fuzz_support::unwind_info_parse);
+    assert!(
+        n > 0,
+        "seeds are saved in tests/data/fuzz/unwind_info_parse"
+    );
+}

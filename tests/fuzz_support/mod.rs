@@ -132,3 +132,24 @@ pub fn walk_synthetic(data: &[u8]) {
         assert!(mem.reads.get() <= MAX_READS, "{} reads", mem.reads.get());
     }
 }
+
+/// The `__unwind_info` reader on arbitrary bytes: parse must not panic, and
+/// for a section it accepts, iteration and lookups must not either, and
+/// every entry must be found by a lookup of its own start.
+#[allow(dead_code)]
+pub fn unwind_info_parse(data: &[u8]) {
+    use stackmark::formats::compact_unwind::UnwindInfo;
+    let Ok(info) = UnwindInfo::parse(data) else {
+        return;
+    };
+    let _ = info.common_encodings().count();
+    for e in info.entries().take(4096) {
+        if e.func_end > e.func_start {
+            assert!(info.lookup(e.func_start).is_some(), "{e:?}");
+        }
+        let _ = info.lookup(e.func_end);
+    }
+    for w in data.chunks_exact(4).take(64) {
+        let _ = info.lookup(u32::from_le_bytes(w.try_into().unwrap()));
+    }
+}
