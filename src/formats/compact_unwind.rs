@@ -282,20 +282,24 @@ impl<'a> UnwindInfo<'a> {
         }
     }
 
-    /// The LSDA offset for `func`, from the first-level entry's LSDA range.
+    /// The LSDA offset for `func`: a binary search of the first-level
+    /// entry's slice of the LSDA index, which is sorted by function.
     fn lsda(&self, i: usize, func: u32) -> Option<u32> {
         let (_, _, lo) = self.first_level(i);
         let (_, _, hi) = self.first_level(i + 1);
-        let n = hi.checked_sub(lo)? / 8;
-        (0..n)
-            .map(|k| {
-                (
-                    u32_at(self.data, lo + 8 * k),
-                    u32_at(self.data, lo + 8 * k + 4),
-                )
-            })
-            .find(|(f, _)| *f == Some(func))
-            .and_then(|(_, l)| l)
+        let func_at = |k: usize| u32_at(self.data, lo + 8 * k);
+        let (mut a, mut b) = (0, hi.checked_sub(lo)? / 8);
+        while a < b {
+            let mid = (a + b) / 2;
+            if func_at(mid)? < func {
+                a = mid + 1;
+            } else {
+                b = mid;
+            }
+        }
+        (func_at(a)? == func)
+            .then(|| u32_at(self.data, lo + 8 * a + 4))
+            .flatten()
     }
 
     fn entry(&self, i: usize, p: &Page, j: usize) -> Option<Entry> {
