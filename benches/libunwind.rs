@@ -6,7 +6,6 @@
 
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod bench {
-    use std::cell::Cell;
     use std::ffi::c_void;
     use std::time::Duration;
 
@@ -17,25 +16,7 @@ mod bench {
         fn unw_backtrace(buffer: *mut *mut c_void, size: i32) -> i32;
     }
 
-    thread_local! {
-        static TASK: Cell<Option<*mut (dyn FnMut() + 'static)>> = const { Cell::new(None) };
-    }
-
-    extern "C" fn run_task(_: u64) -> u64 {
-        let task = TASK.with(|t| t.get()).expect("a task");
-        // SAFETY: `at_depth` keeps the closure alive for this call.
-        unsafe { (*task)() };
-        0
-    }
-
-    fn at_depth(depth: u64, f: &mut dyn FnMut()) {
-        // SAFETY: used only during the call below, while `f` lives.
-        let f: *mut (dyn FnMut() + 'static) = unsafe { std::mem::transmute(f) };
-        TASK.with(|t| t.set(Some(f)));
-        // SAFETY: the fixture only recurses and calls back.
-        unsafe { stackmark_fixtures::c_bench_recurse(run_task, depth) };
-        TASK.with(|t| t.set(None));
-    }
+    use stackmark_fixtures::at_depth;
 
     pub fn main() {
         let quick = std::env::var_os("STACKMARK_BENCH_QUICK").is_some();

@@ -17,7 +17,6 @@
 
 #[cfg(target_os = "linux")]
 mod bench {
-    use std::cell::Cell;
     use std::ffi::c_void;
     use std::hint::black_box;
     use std::time::Duration;
@@ -25,27 +24,7 @@ mod bench {
     use criterion::{BatchSize, Criterion};
     use stackmark::{Frame, WalkOptions};
 
-    thread_local! {
-        static TASK: Cell<Option<*mut (dyn FnMut() + 'static)>> = const { Cell::new(None) };
-    }
-
-    extern "C" fn run_task(_: u64) -> u64 {
-        let task = TASK.with(|t| t.get()).expect("a task");
-        // SAFETY: `at_depth` keeps the closure alive for this call.
-        unsafe { (*task)() };
-        0
-    }
-
-    /// Runs `f` with `depth` C frames (SFrame and frame pointers) below it.
-    fn at_depth(depth: u64, f: &mut dyn FnMut()) {
-        // SAFETY: the pointer is only used during the call below, while `f`
-        // lives; the lifetime is erased to store it in the thread-local.
-        let f: *mut (dyn FnMut() + 'static) = unsafe { std::mem::transmute(f) };
-        TASK.with(|t| t.set(Some(f)));
-        // SAFETY: the fixture only recurses and calls back.
-        unsafe { stackmark_fixtures::c_bench_recurse(run_task, depth) };
-        TASK.with(|t| t.set(None));
-    }
+    use stackmark_fixtures::at_depth;
 
     extern "C" {
         fn backtrace(buffer: *mut *mut c_void, size: i32) -> i32;
