@@ -327,8 +327,17 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
     /// Whether a candidate caller is plausible: a return address in known
     /// code (or a signal trampoline) and a higher stack pointer.
     fn accept(&self, cur: &Frame, next: &A::Regs) -> bool {
+        self.accept_with(cur, next, false)
+    }
+
+    /// As [`Self::accept`]; `same_sp_ok` also admits an unchanged stack
+    /// pointer, which is right for one case only: a leaf (or an interrupted
+    /// function) before it has allocated a frame, whose return address is
+    /// still in a register. That cannot repeat, so the walk still ends.
+    fn accept_with(&self, cur: &Frame, next: &A::Regs, same_sp_ok: bool) -> bool {
         let pc = A::pc(next);
-        if pc == 0 || A::sp(next) <= cur.sp {
+        let sp_ok = A::sp(next) > cur.sp || (same_sp_ok && A::sp(next) == cur.sp);
+        if pc == 0 || !sp_ok {
             return false;
         }
         self.in_code(pc.wrapping_sub(1))
@@ -411,11 +420,12 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
                             return Ok((next, Method::SFrame, false));
                         }
                     } else {
+                        let ra_in_register = row.ra == RegRule::SameValue && self.ra_in_register_ok;
                         match A::step_sframe(&row, &regs, &self.mem, self.ra_in_register_ok) {
                             Ok(next) if A::pc(&next) == 0 => {
                                 return Err(StopReason::ReturnAddressZero)
                             }
-                            Ok(next) if self.accept(cur, &next) => {
+                            Ok(next) if self.accept_with(cur, &next, ra_in_register) => {
                                 return Ok((next, Method::SFrame, false))
                             }
                             Err(StepError::Outermost) => return Err(StopReason::Outermost),
@@ -833,9 +843,15 @@ mod tests {
             opts,
         );
         let frames: Vec<Frame> = w.by_ref().collect();
-        assert_eq!(frames.len(), 1, "{frames:?}");
-        // sp did not increase (CFA = sp), so even the leaf step is refused:
-        // give the leaf a frame instead.
+        // A leaf before its prologue (CFA = sp): the step keeps sp but takes
+        // the return address from x30, once; the same rule in frame 1 is
+        // refused, so the walk ends there.
+        assert_eq!(
+            frames.iter().map(|f| (f.pc, f.sp)).collect::<Vec<_>>(),
+            [(CODE + 0x10, STACK), (CODE + 0x104, STACK)]
+        );
+        assert_eq!(w.stop_reason(), StopReason::NoValidCaller);
+        // With a frame, likewise.
         let leaf = row(CfaRule::SpPlus(16), RegRule::SameValue, RegRule::SameValue);
         let code = Fake::a64().row(CODE, CODE + 0x200, leaf);
         let mut w: Walker<Aarch64, _, _> = Walker::new(
