@@ -130,6 +130,21 @@ pub trait CodeMap {
     }
 }
 
+/// Whether a walk's frames keep the ordering the walker guarantees: each
+/// stack pointer is higher than the one before, except that a frame
+/// reached through a signal frame may be on another stack, and the caller
+/// of frame 0 or of a signal-interrupted frame may share its stack pointer
+/// (a leaf that had not allocated a frame yet, its return address still in
+/// a register).
+pub fn sp_order_holds(frames: &[Frame]) -> bool {
+    frames.windows(2).enumerate().all(|(i, w)| {
+        let from_register_ok = i == 0 || w[0].method == Method::SignalFrame;
+        w[1].method == Method::SignalFrame
+            || w[1].sp > w[0].sp
+            || (from_register_ok && w[1].sp == w[0].sp)
+    })
+}
+
 /// A code map for walking a captured stack: copies of code regions, SFrame
 /// sections and known trampoline addresses, all held by the caller.
 ///

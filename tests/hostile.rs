@@ -10,7 +10,7 @@ use std::hint::black_box;
 
 use common::Rng;
 
-use stackmark::{Frame, Method, WalkOptions};
+use stackmark::{Frame, WalkOptions};
 
 #[derive(Clone, Copy, Debug)]
 enum Kind {
@@ -44,11 +44,10 @@ fn code_addr(env: &Env, rng: &mut Rng) -> u64 {
 
 fn check(frames: &[Frame]) {
     assert!(!frames.is_empty());
-    for w in frames.windows(2) {
-        if w[1].method != Method::SignalFrame {
-            assert!(w[1].sp > w[0].sp, "sp must increase: {frames:#?}");
-        }
-    }
+    assert!(
+        stackmark::walk::sp_order_holds(frames),
+        "sp must increase: {frames:#?}"
+    );
 }
 
 #[cfg(target_arch = "x86_64")]

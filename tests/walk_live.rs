@@ -78,9 +78,10 @@ fn walks_through_sframe_only_c_frames_back_into_rust() {
     // Stepping out of each C frame used its SFrame row.
     assert_eq!(frames[2].method, Method::SFrame, "{frames:#?}");
     assert_eq!(frames[3].method, Method::SFrame, "{frames:#?}");
-    for w in frames.windows(2) {
-        assert!(w[1].sp > w[0].sp, "sp strictly increases: {frames:#?}");
-    }
+    assert!(
+        stackmark::walk::sp_order_holds(&frames),
+        "sp strictly increases: {frames:#?}"
+    );
 }
 
 #[no_mangle]
@@ -287,11 +288,11 @@ fn a_thousand_walks_over_corrupted_stacks_end_without_fault() {
                 &mut frames,
             );
             assert!((1..=frames.len()).contains(&n));
-            for w in frames[..n].windows(2) {
-                if w[1].method != Method::SignalFrame {
-                    assert!(w[1].sp > w[0].sp, "sp must increase: {:#?}", &frames[..n]);
-                }
-            }
+            assert!(
+                stackmark::walk::sp_order_holds(&frames[..n]),
+                "sp must increase: {:#?}",
+                &frames[..n]
+            );
             black_box(&mut area);
         }
     })

@@ -45,7 +45,6 @@ pub fn walk_synthetic(data: &[u8]) {
     use stackmark::formats::sframe::SFrame;
     use stackmark::memory::SliceMemory;
     use stackmark::walk::{SnapshotCode, WalkOptions, Walker};
-    use stackmark::Method;
 
     const STACK: u64 = 0x7fff_0000;
     const CODE: u64 = 0x40_0000;
@@ -102,11 +101,10 @@ pub fn walk_synthetic(data: &[u8]) {
     let precise = h[6] & 1 != 0;
     let check = |frames: &[stackmark::Frame]| {
         assert!(frames.len() <= 64);
-        for w in frames.windows(2) {
-            if w[1].method != Method::SignalFrame {
-                assert!(w[1].sp > w[0].sp, "sp must increase: {frames:?}");
-            }
-        }
+        assert!(
+            stackmark::walk::sp_order_holds(frames),
+            "sp must increase: {frames:?}"
+        );
     };
     if h[6] & 2 == 0 {
         let regs = X64 {
