@@ -33,6 +33,22 @@ pub enum StepError {
     Invalid,
 }
 
+/// Why a compact encoding gives no step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompactStep {
+    /// The encoding defers to DWARF or says nothing (null): use frame
+    /// pointers instead.
+    Fallback,
+    /// The encoding applies but the frame cannot be recovered.
+    Broken(StepError),
+}
+
+impl From<StepError> for CompactStep {
+    fn from(e: StepError) -> Self {
+        CompactStep::Broken(e)
+    }
+}
+
 /// What the walk needs from an architecture.
 pub trait Arch: Copy + core::fmt::Debug {
     /// The register set.

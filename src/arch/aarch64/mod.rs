@@ -6,6 +6,7 @@ use crate::memory::MemoryReader;
 
 #[cfg(target_arch = "aarch64")]
 mod capture;
+pub mod compact;
 #[cfg(target_arch = "aarch64")]
 pub use capture::{call_site, capture};
 

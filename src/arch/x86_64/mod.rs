@@ -6,6 +6,7 @@ use crate::memory::MemoryReader;
 
 #[cfg(target_arch = "x86_64")]
 mod capture;
+pub mod compact;
 #[cfg(target_arch = "x86_64")]
 pub use capture::{call_site, capture};
 
