@@ -19,19 +19,19 @@ pub mod os;
 pub mod rule_cache;
 pub mod walk;
 
-#[cfg(any(target_os = "linux", target_os = "macos"))]
+#[cfg(target_os = "linux")]
 pub mod crash;
-#[cfg(any(target_os = "linux", target_os = "macos"))]
+#[cfg(target_os = "linux")]
 mod live;
-#[cfg(any(target_os = "linux", target_os = "macos"))]
+#[cfg(target_os = "linux")]
 pub mod panic_hook;
 #[cfg(target_os = "linux")]
 pub mod sample;
-#[cfg(any(target_os = "linux", target_os = "macos"))]
+#[cfg(target_os = "linux")]
 pub use live::*;
 
-#[cfg(any(target_os = "linux", target_os = "macos"))]
+#[cfg(target_os = "linux")]
 pub use crash::{install_altstack, install_crash_handler};
-#[cfg(any(target_os = "linux", target_os = "macos"))]
+#[cfg(target_os = "linux")]
 pub use panic_hook::install_panic_hook;
 pub use walk::{Frame, Method, StopReason, WalkOptions, Walker};

@@ -4,8 +4,6 @@
 //!
 //! `STACKMARK_HOSTILE_WALKS` sets how many walks to run (default 10,000).
 
-#![cfg(target_os = "linux")]
-
 mod common;
 
 use std::hint::black_box;
