@@ -7,5 +7,4 @@
 pub mod compact_unwind;
 pub mod cursor;
 pub mod elf;
-pub mod macho;
 pub mod sframe;
