@@ -1,163 +1,244 @@
 //! The allocation-free symbolizer markup writer.
 //!
-//! It writes LLVM symbolizer markup: `{{{reset}}}`, one `{{{module}}}` per
-//! module with a build ID, one `{{{mmap}}}` per loaded segment, then one
-//! `{{{bt}}}` per frame with the frame's method as plain text after it.
-//! `llvm-symbolizer --filter-markup` turns it into function names and lines
-//! later, on another machine.
+//! It writes [LLVM symbolizer markup](https://llvm.org/docs/SymbolizerMarkupFormat.html):
+//! `{{{reset}}}`, one `{{{module:ID:NAME:elf:BUILDID}}}` per module, one
+//! `{{{mmap:START:SIZE:load:ID:PERMS:VADDR}}}` per loaded segment, then one
+//! `{{{bt:N:ADDR:pc}}}` or `{{{bt:N:ADDR:ra}}}` per frame with the frame's
+//! method as plain text after it. `llvm-symbolizer --filter-markup` turns it
+//! into function names and lines later, on another machine.
 //!
-//! Rules the output keeps, for llvm-symbolizer 15 and later:
+//! Rules the output keeps, so that llvm-symbolizer 15 and later accept it:
 //! * addresses are full 64-bit, `0x` and 16 hex digits, never adjusted (the
 //!   `:ra` suffix tells the filter to look up `ra - 1` itself);
-//! * module names lose `:`, `}`, `{` and control characters (each becomes `_`);
-//! * a module without a build ID gets no context element: its frames are
-//!   printed as plain `name+offset` text instead;
-//! * context elements sit on lines of their own (the filter drops other text
-//!   on such lines).
+//! * module names lose `:`, `{`, `}` and control characters (each becomes
+//!   `_`): the filter splits fields at `:` and ends elements at `}`;
+//! * each mmap covers exactly its segment (`bias + p_vaddr`, `p_memsz`), not
+//!   whole pages: two segments sharing a page would otherwise overlap, which
+//!   the filter rejects;
+//! * a frame gets a `bt` element only when an mmap written for the report
+//!   covers the address the filter looks up (`pc`, or `pc - 1` for `:ra`),
+//!   since the filter reports an error for any other. A frame in a module
+//!   without a build ID is written as plain `#N ADDR NAME+OFFSET METHOD`
+//!   text instead (the offset is the module's link-time address, what
+//!   `addr2line -e NAME` takes), and a frame in no known module as
+//!   `#N ADDR ?? METHOD`;
+//! * context elements sit on lines of their own (the filter drops any other
+//!   text on such lines).
 //!
-//! Nothing here allocates; [`FdSink`] writes each line with one `write(2)`
-//! where it fits its 1 KiB buffer.
+//! The writer reads modules through the [`MarkupModule`] trait, which the
+//! module table implements, and writes to a [`Sink`]: a fixed buffer
+//! ([`SliceSink`]) or a file descriptor ([`FdSink`]). Nothing here
+//! allocates, locks or uses `core::fmt`, so it may run in a signal handler.
 //!
 //! ```
-//! use stackmark::markup::{Markup, SliceSink};
-//! let mut buf = [0u8; 128];
+//! use stackmark::markup::{Markup, MarkupModule, MarkupSegment, Perms, Scope, SliceSink};
+//! use stackmark::{Frame, Method};
+//!
+//! struct Lib;
+//! impl MarkupModule for Lib {
+//!     fn name(&self) -> &[u8] { b"/usr/lib/libdemo.so" }
+//!     fn build_id(&self) -> &[u8] { &[0xab, 0xcd] }
+//!     fn segments(&self) -> impl Iterator<Item = MarkupSegment> + '_ {
+//!         let perms = Perms { read: true, write: false, execute: true };
+//!         [MarkupSegment { start: 0x7f00_0000_1000, size: 0x800, perms, vaddr: 0x1000 }]
+//!             .into_iter()
+//!     }
+//! }
+//!
+//! let frames = [
+//!     Frame { pc: 0x7f00_0000_1234, sp: 0, precise: true, method: Method::Context },
+//!     Frame { pc: 0x7f00_0000_1400, sp: 0, precise: false, method: Method::FramePointer },
+//! ];
+//! let mut buf = [0u8; 512];
 //! let mut sink = SliceSink::new(&mut buf);
-//! let mut m = Markup::new(&mut sink);
-//! m.reset();
-//! m.text("crashed at ").hex(0x5555_0000_1234).newline();
-//! assert_eq!(sink.as_bytes(), b"{{{reset}}}\ncrashed at 0x0000555500001234\n");
+//! Markup::new(&mut sink).backtrace(&[Lib], &frames, Scope::AllModules);
+//! assert_eq!(
+//!     core::str::from_utf8(sink.as_bytes()).unwrap(),
+//!     "{{{reset}}}\n\
+//!      {{{module:0:/usr/lib/libdemo.so:elf:abcd}}}\n\
+//!      {{{mmap:0x00007f0000001000:0x800:load:0:rx:0x0000000000001000}}}\n\
+//!      {{{bt:0:0x00007f0000001234:pc}}} context\n\
+//!      {{{bt:1:0x00007f0000001400:ra}}} fp\n"
+//! );
 //! ```
 
-use crate::modules::{Module, Segment};
+mod sink;
+
+pub use sink::{FdSink, Sink, SliceSink, FD_SINK_BUFFER};
+
+use crate::formats::elf::{PF_R, PF_W, PF_X};
 use crate::walk::Frame;
 
-/// Where markup goes.
-pub trait Sink {
-    /// Appends bytes.
-    fn write(&mut self, bytes: &[u8]);
-    /// Pushes out anything buffered (called at the end of each line).
-    fn flush(&mut self) {}
+/// The access rights of a loaded segment: the `rwx` letters of an mmap
+/// element.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Perms {
+    /// Readable (`r`).
+    pub read: bool,
+    /// Writable (`w`).
+    pub write: bool,
+    /// Executable (`x`).
+    pub execute: bool,
 }
 
-/// A sink over a fixed byte buffer; what does not fit is dropped and
-/// reported by [`SliceSink::truncated`].
-#[derive(Debug)]
-pub struct SliceSink<'a> {
-    buf: &'a mut [u8],
-    len: usize,
-    truncated: bool,
-}
-
-impl<'a> SliceSink<'a> {
-    /// An empty sink writing into `buf`.
-    pub fn new(buf: &'a mut [u8]) -> Self {
-        SliceSink {
-            buf,
-            len: 0,
-            truncated: false,
-        }
-    }
-    /// What was written.
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.buf[..self.len]
-    }
-    /// Whether some output did not fit.
-    pub fn truncated(&self) -> bool {
-        self.truncated
-    }
-}
-
-impl Sink for SliceSink<'_> {
-    fn write(&mut self, bytes: &[u8]) {
-        let room = self.buf.len() - self.len;
-        let n = bytes.len().min(room);
-        self.buf[self.len..self.len + n].copy_from_slice(&bytes[..n]);
-        self.len += n;
-        self.truncated |= n < bytes.len();
-    }
-}
-
-/// A sink that writes to a file descriptor with `write(2)`, buffering up to
-/// a line (1 KiB) so each line normally leaves in one system call.
-/// Async-signal-safe.
-#[derive(Debug)]
-pub struct FdSink {
-    fd: i32,
-    buf: [u8; 1024],
-    len: usize,
-    failed: bool,
-}
-
-impl FdSink {
-    /// A sink writing to `fd`.
-    pub fn new(fd: i32) -> Self {
-        FdSink {
-            fd,
-            buf: [0; 1024],
-            len: 0,
-            failed: false,
+impl Perms {
+    /// The rights an ELF program header's `p_flags` grant.
+    ///
+    /// ```
+    /// use stackmark::markup::Perms;
+    /// let p = Perms::from_elf_flags(0x5); // PF_R | PF_X
+    /// assert!(p.read && !p.write && p.execute);
+    /// ```
+    pub const fn from_elf_flags(flags: u32) -> Perms {
+        Perms {
+            read: flags & PF_R != 0,
+            write: flags & PF_W != 0,
+            execute: flags & PF_X != 0,
         }
     }
 
-    /// Whether a write failed (the output is incomplete).
-    pub fn failed(&self) -> bool {
-        self.failed
+    /// Whether no right is granted (such a segment gets no mmap element:
+    /// the format wants at least one letter).
+    pub const fn is_empty(self) -> bool {
+        !(self.read || self.write || self.execute)
     }
 
-    fn write_all(&mut self, mut bytes: &[u8]) {
-        while !bytes.is_empty() && !self.failed {
-            // SAFETY: writes from a valid slice; async-signal-safe.
-            let n = unsafe { libc::write(self.fd, bytes.as_ptr().cast(), bytes.len()) };
-            if n > 0 {
-                bytes = &bytes[n as usize..];
-            } else if n < 0
-                && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
-            {
-                continue;
-            } else {
-                self.failed = true;
+    /// The letters in the order the format requires, and how many there are.
+    fn letters(self) -> ([u8; 3], usize) {
+        let mut out = [0u8; 3];
+        let mut n = 0;
+        for (granted, letter) in [(self.read, b'r'), (self.write, b'w'), (self.execute, b'x')] {
+            if granted {
+                out[n] = letter;
+                n += 1;
             }
         }
+        (out, n)
     }
 }
 
-impl Sink for FdSink {
-    fn write(&mut self, bytes: &[u8]) {
-        if self.len + bytes.len() > self.buf.len() {
-            self.flush();
-        }
-        if bytes.len() > self.buf.len() {
-            self.write_all(bytes);
-        } else {
-            self.buf[self.len..self.len + bytes.len()].copy_from_slice(bytes);
-            self.len += bytes.len();
-        }
+/// One loaded segment, as an mmap element describes it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MarkupSegment {
+    /// Runtime address of the segment's first byte (load bias + `p_vaddr`).
+    pub start: u64,
+    /// Size in memory (`p_memsz`).
+    pub size: u64,
+    /// Access rights (from `p_flags`).
+    pub perms: Perms,
+    /// The address the file links the segment at (`p_vaddr`; for a Mach-O
+    /// image, the segment's `vmaddr`).
+    pub vaddr: u64,
+}
+
+impl MarkupSegment {
+    /// Whether `addr` (a runtime address) lies in the segment.
+    ///
+    /// ```
+    /// use stackmark::markup::MarkupSegment;
+    /// let s = MarkupSegment { start: 0x1000, size: 0x10, ..Default::default() };
+    /// assert!(s.contains(0x100f) && !s.contains(0x1010));
+    /// ```
+    pub fn contains(&self, addr: u64) -> bool {
+        addr.wrapping_sub(self.start) < self.size
     }
 
-    fn flush(&mut self) {
-        let len = core::mem::take(&mut self.len);
-        let buf = self.buf;
-        self.write_all(&buf[..len]);
+    /// The link-time address of the runtime address `addr` in this segment,
+    /// as the symbolizer computes it: `addr - start + vaddr`.
+    ///
+    /// ```
+    /// use stackmark::markup::MarkupSegment;
+    /// let s = MarkupSegment { start: 0x5555_0000_1000, size: 0x100, vaddr: 0x1000, ..Default::default() };
+    /// assert_eq!(s.module_address(0x5555_0000_1042), 0x1042);
+    /// ```
+    pub fn module_address(&self, addr: u64) -> u64 {
+        addr.wrapping_sub(self.start).wrapping_add(self.vaddr)
+    }
+
+    /// Whether the segment gets an mmap element: it must map something and
+    /// grant at least one right.
+    fn described(&self) -> bool {
+        self.size != 0 && !self.perms.is_empty()
     }
 }
 
-impl Drop for FdSink {
-    fn drop(&mut self) {
-        self.flush();
+/// What the writer needs to know about a loaded module.
+///
+/// The module table implements it for
+/// [`modules::Module`](crate::modules::Module); anything else (a module list
+/// read back from a core file, a test) can too.
+pub trait MarkupModule {
+    /// The module's path or name, as loaded (the writer sanitises it).
+    fn name(&self) -> &[u8];
+    /// The GNU build ID (for a Mach-O image, its 16-byte `LC_UUID`); empty
+    /// when the module has none.
+    fn build_id(&self) -> &[u8];
+    /// The loaded segments. They must not overlap each other or another
+    /// module's (loaded ELF segments never do): the symbolizer rejects
+    /// overlapping mmaps.
+    fn segments(&self) -> impl Iterator<Item = MarkupSegment> + '_;
+}
+
+impl MarkupModule for crate::modules::Module {
+    fn name(&self) -> &[u8] {
+        crate::modules::Module::name(self)
     }
+
+    fn build_id(&self) -> &[u8] {
+        crate::modules::Module::build_id(self)
+    }
+
+    fn segments(&self) -> impl Iterator<Item = MarkupSegment> + '_ {
+        crate::modules::Module::segments(self)
+            .iter()
+            .map(|s| MarkupSegment {
+                start: s.start,
+                size: s.size,
+                perms: Perms::from_elf_flags(s.flags),
+                vaddr: s.vaddr,
+            })
+    }
+}
+
+impl<M: MarkupModule> MarkupModule for &M {
+    fn name(&self) -> &[u8] {
+        (**self).name()
+    }
+    fn build_id(&self) -> &[u8] {
+        (**self).build_id()
+    }
+    fn segments(&self) -> impl Iterator<Item = MarkupSegment> + '_ {
+        (**self).segments()
+    }
+}
+
+/// The segment of `m` that holds `addr` and gets an mmap element.
+fn described_segment<M: MarkupModule>(m: &M, addr: u64) -> Option<MarkupSegment> {
+    m.segments().find(|s| s.described() && s.contains(addr))
+}
+
+/// The first module whose described segment holds `addr`, and that segment.
+fn locate<M: MarkupModule>(modules: &[M], addr: u64) -> Option<(&M, MarkupSegment)> {
+    modules
+        .iter()
+        .find_map(|m| described_segment(m, addr).map(|s| (m, s)))
 }
 
 /// Which modules the context describes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Scope {
-    /// Every module in the table.
+    /// Every module with a build ID.
     #[default]
     AllModules,
-    /// Only modules that hold a frame of the trace.
+    /// Only modules with a build ID that hold a frame of the trace: a short
+    /// report that still symbolizes every frame.
     TraceModules,
 }
 
 /// Writes markup and plain text to a [`Sink`].
+///
+/// Module IDs are the modules' indices in the slice given to
+/// [`Markup::context`] and [`Markup::frame`]; pass both the same slice.
 #[derive(Debug)]
 pub struct Markup<'s, S: Sink> {
     sink: &'s mut S,
@@ -177,7 +258,7 @@ impl<'s, S: Sink> Markup<'s, S> {
         self
     }
 
-    /// Plain bytes (written as they are).
+    /// Plain bytes, written as they are.
     pub fn bytes(&mut self, b: &[u8]) -> &mut Self {
         self.sink.write(b);
         self
@@ -185,14 +266,21 @@ impl<'s, S: Sink> Markup<'s, S> {
 
     /// Bytes with every character the markup syntax or a terminal could
     /// misread (`:`, `{`, `}`, control characters) replaced by `_`.
+    ///
+    /// ```
+    /// use stackmark::markup::{Markup, SliceSink};
+    /// let mut buf = [0u8; 16];
+    /// let mut sink = SliceSink::new(&mut buf);
+    /// Markup::new(&mut sink).sanitized(b"a:b}c\n");
+    /// assert_eq!(sink.as_bytes(), b"a_b_c_");
+    /// ```
     pub fn sanitized(&mut self, b: &[u8]) -> &mut Self {
         for chunk in b.chunks(64) {
             let mut out = [0u8; 64];
             for (o, &c) in out.iter_mut().zip(chunk) {
-                *o = if c == b':' || c == b'{' || c == b'}' || c < 0x20 || c == 0x7f {
-                    b'_'
-                } else {
-                    c
+                *o = match c {
+                    b':' | b'{' | b'}' | 0..=0x1f | 0x7f => b'_',
+                    _ => c,
                 };
             }
             self.sink.write(&out[..chunk.len()]);
@@ -227,8 +315,8 @@ impl<'s, S: Sink> Markup<'s, S> {
     /// A full-width address: `0x` and 16 hex digits.
     pub fn hex(&mut self, v: u64) -> &mut Self {
         let mut out = *b"0x0000000000000000";
-        for i in 0..16 {
-            out[17 - i] = HEX[((v >> (4 * i)) & 0xf) as usize];
+        for (i, o) in out[2..].iter_mut().rev().enumerate() {
+            *o = HEX[((v >> (4 * i)) & 0xf) as usize];
         }
         self.sink.write(&out);
         self
@@ -240,18 +328,22 @@ impl<'s, S: Sink> Markup<'s, S> {
         let digits = (64 - v.leading_zeros()).div_ceil(4).max(1) as usize;
         out[0] = b'0';
         out[1] = b'x';
-        for i in 0..digits {
-            out[1 + digits - i] = HEX[((v >> (4 * i)) & 0xf) as usize];
+        for (i, o) in out[2..2 + digits].iter_mut().rev().enumerate() {
+            *o = HEX[((v >> (4 * i)) & 0xf) as usize];
         }
         self.sink.write(&out[..2 + digits]);
         self
     }
 
-    /// Bytes as hex digits without a prefix (a build ID).
+    /// Bytes as lowercase hex digits without a prefix (a build ID).
     pub fn hex_bytes(&mut self, b: &[u8]) -> &mut Self {
-        for &c in b {
-            self.sink
-                .write(&[HEX[(c >> 4) as usize], HEX[(c & 0xf) as usize]]);
+        for chunk in b.chunks(32) {
+            let mut out = [0u8; 64];
+            for (o, &c) in out.chunks_exact_mut(2).zip(chunk) {
+                o[0] = HEX[(c >> 4) as usize];
+                o[1] = HEX[(c & 0xf) as usize];
+            }
+            self.sink.write(&out[..2 * chunk.len()]);
         }
         self
     }
@@ -263,14 +355,16 @@ impl<'s, S: Sink> Markup<'s, S> {
         self
     }
 
-    /// `{{{reset}}}` on a line of its own.
+    /// `{{{reset}}}` on a line of its own: forget any earlier context.
     pub fn reset(&mut self) -> &mut Self {
         self.text("{{{reset}}}").newline()
     }
 
-    /// `{{{module:ID:NAME:elf:BUILDID}}}` on a line of its own. Does nothing
-    /// for a module without a build ID (see [`Markup::frame`]).
-    pub fn module(&mut self, id: usize, m: &Module) -> &mut Self {
+    /// `{{{module:ID:NAME:elf:BUILDID}}}` on a line of its own. Writes
+    /// nothing for a module without a build ID: the format has no way to
+    /// name its file, so its frames are written as plain text (see
+    /// [`Markup::frame`]).
+    pub fn module<M: MarkupModule>(&mut self, id: usize, m: &M) -> &mut Self {
         if m.build_id().is_empty() {
             return self;
         }
@@ -283,24 +377,13 @@ impl<'s, S: Sink> Markup<'s, S> {
     }
 
     /// `{{{mmap:START:SIZE:load:ID:PERMS:VADDR}}}` on a line of its own.
-    pub fn mmap(&mut self, id: usize, s: &Segment) -> &mut Self {
-        let mut perms = [0u8; 3];
-        let mut n = 0;
-        for (flag, c) in [
-            (s.readable(), b'r'),
-            (s.writable(), b'w'),
-            (s.executable(), b'x'),
-        ] {
-            if flag {
-                perms[n] = c;
-                n += 1;
-            }
-        }
-        if n == 0 {
-            // The filter wants at least one letter; such a segment maps nothing
-            // useful anyway.
+    /// Writes nothing for a segment of size 0 or without rights (the
+    /// format wants at least one of `rwx`).
+    pub fn mmap(&mut self, id: usize, s: &MarkupSegment) -> &mut Self {
+        if !s.described() {
             return self;
         }
+        let (letters, n) = s.perms.letters();
         self.text("{{{mmap:")
             .hex(s.start)
             .text(":")
@@ -308,53 +391,76 @@ impl<'s, S: Sink> Markup<'s, S> {
         self.text(":load:")
             .dec(id as u64)
             .text(":")
-            .bytes(&perms[..n]);
+            .bytes(&letters[..n]);
         self.text(":").hex(s.vaddr).text("}}}").newline()
     }
 
-    /// The context for `modules`: `{{{reset}}}`, then each module (with a
-    /// build ID) and its segments. With [`Scope::TraceModules`], only modules
-    /// holding one of `frames`.
-    pub fn context(&mut self, modules: &[Module], frames: &[Frame], scope: Scope) -> &mut Self {
+    /// The context: `{{{reset}}}`, then each module with a build ID and its
+    /// segments. With [`Scope::TraceModules`], only the modules that hold
+    /// one of `frames` (the frames are otherwise unused).
+    pub fn context<M: MarkupModule>(
+        &mut self,
+        modules: &[M],
+        frames: &[Frame],
+        scope: Scope,
+    ) -> &mut Self {
         self.reset();
         for (id, m) in modules.iter().enumerate() {
-            if m.build_id().is_empty() || m.segments().iter().all(|s| s.size == 0) {
+            if m.build_id().is_empty() {
                 continue;
             }
-            if scope == Scope::TraceModules && !frames.iter().any(|f| m.contains(f.lookup_pc())) {
+            let wanted = match scope {
+                Scope::AllModules => m.segments().any(|s| s.described()),
+                Scope::TraceModules => frames
+                    .iter()
+                    .any(|f| described_segment(m, f.lookup_pc()).is_some()),
+            };
+            if !wanted {
                 continue;
             }
             self.module(id, m);
             for s in m.segments() {
-                if s.size != 0 {
-                    self.mmap(id, s);
-                }
+                self.mmap(id, &s);
             }
         }
         self
     }
 
-    /// Frame `n`: `{{{bt:N:ADDR:pc|ra}}} METHOD`, or, in a module without a
-    /// build ID, `#N ADDR NAME+OFFSET METHOD` as plain text.
-    pub fn frame(&mut self, n: usize, f: &Frame, modules: &[Module]) -> &mut Self {
-        let m = modules.iter().find(|m| m.contains(f.lookup_pc()));
-        match m {
-            Some(m) if m.build_id().is_empty() => {
+    /// Frame `n` on a line of its own: `{{{bt:N:ADDR:pc}}} METHOD` for a
+    /// precise pc, `{{{bt:N:ADDR:ra}}} METHOD` for a return address. A
+    /// frame in a module without a build ID becomes
+    /// `#N ADDR NAME+OFFSET METHOD`, and one in no module `#N ADDR ?? METHOD`,
+    /// both plain text the symbolizer passes through.
+    ///
+    /// `modules` must be the slice the context was written for, so that a
+    /// `bt` element is only written when an mmap covers it.
+    pub fn frame<M: MarkupModule>(&mut self, n: usize, f: &Frame, modules: &[M]) -> &mut Self {
+        match locate(modules, f.lookup_pc()) {
+            Some((m, _)) if !m.build_id().is_empty() => {
+                self.text("{{{bt:").dec(n as u64).text(":").hex(f.pc);
+                self.text(if f.precise { ":pc}}}" } else { ":ra}}}" });
+            }
+            Some((m, seg)) => {
                 self.text("#").dec(n as u64).text(" ").hex(f.pc).text(" ");
                 self.sanitized(m.name())
                     .text("+")
-                    .hex_short(f.pc.wrapping_sub(m.bias));
+                    .hex_short(seg.module_address(f.pc));
             }
-            _ => {
-                self.text("{{{bt:").dec(n as u64).text(":").hex(f.pc);
-                self.text(if f.precise { ":pc}}}" } else { ":ra}}}" });
+            None => {
+                self.text("#").dec(n as u64).text(" ").hex(f.pc).text(" ??");
             }
         }
         self.text(" ").text(f.method.name()).newline()
     }
 
-    /// Context and every frame.
-    pub fn backtrace(&mut self, modules: &[Module], frames: &[Frame], scope: Scope) -> &mut Self {
+    /// A whole backtrace: the context for `modules` (all of them, or only
+    /// those holding a frame, per `scope`), then every frame, numbered from 0.
+    pub fn backtrace<M: MarkupModule>(
+        &mut self,
+        modules: &[M],
+        frames: &[Frame],
+        scope: Scope,
+    ) -> &mut Self {
         self.context(modules, frames, scope);
         for (i, f) in frames.iter().enumerate() {
             self.frame(i, f, modules);
@@ -364,140 +470,4 @@ impl<'s, S: Sink> Markup<'s, S> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::formats::elf::{PF_R, PF_W, PF_X};
-    use crate::walk::Method;
-
-    fn module(name: &[u8], bias: u64, id: &[u8]) -> Module {
-        let mut m = Module::EMPTY;
-        m.set_name(name);
-        m.bias = bias;
-        m.set_build_id(id);
-        m.push_segment(Segment {
-            start: bias,
-            size: 0x1000,
-            vaddr: 0,
-            flags: PF_R,
-        });
-        m.push_segment(Segment {
-            start: bias + 0x1000,
-            size: 0x2345,
-            vaddr: 0x1000,
-            flags: PF_R | PF_X,
-        });
-        m.push_segment(Segment {
-            start: bias + 0x4000,
-            size: 0x10,
-            vaddr: 0x4000,
-            flags: PF_R | PF_W,
-        });
-        m
-    }
-
-    fn render(f: impl FnOnce(&mut Markup<'_, SliceSink<'_>>)) -> String {
-        let mut buf = [0u8; 4096];
-        let mut sink = SliceSink::new(&mut buf);
-        f(&mut Markup::new(&mut sink));
-        assert!(!sink.truncated());
-        String::from_utf8(sink.as_bytes().to_vec()).unwrap()
-    }
-
-    fn frame(pc: u64, precise: bool, method: Method) -> Frame {
-        Frame {
-            pc,
-            sp: 0,
-            precise,
-            method,
-        }
-    }
-
-    #[test]
-    fn full_report_follows_the_spec_with_full_width_addresses() {
-        let mods = [module(
-            b"/usr/bin/app",
-            0x7fff_0000_0000_0000,
-            &[0xab, 0x01],
-        )];
-        let frames = [
-            frame(0x7fff_0000_0000_1234, true, Method::Context),
-            frame(0x7fff_0000_0000_2001, false, Method::SFrame),
-        ];
-        let out = render(|m| {
-            m.backtrace(&mods, &frames, Scope::AllModules);
-        });
-        assert_eq!(
-            out,
-            "{{{reset}}}\n\
-             {{{module:0:/usr/bin/app:elf:ab01}}}\n\
-             {{{mmap:0x7fff000000000000:0x1000:load:0:r:0x0000000000000000}}}\n\
-             {{{mmap:0x7fff000000001000:0x2345:load:0:rx:0x0000000000001000}}}\n\
-             {{{mmap:0x7fff000000004000:0x10:load:0:rw:0x0000000000004000}}}\n\
-             {{{bt:0:0x7fff000000001234:pc}}} context\n\
-             {{{bt:1:0x7fff000000002001:ra}}} sframe\n"
-        );
-    }
-
-    #[test]
-    fn module_names_lose_colons_and_braces() {
-        let m = module(b"/tmp/a:b}c{d\ne", 0x1000, &[1]);
-        let out = render(|w| {
-            w.module(3, &m);
-        });
-        assert_eq!(out, "{{{module:3:/tmp/a_b_c_d_e:elf:01}}}\n");
-    }
-
-    #[test]
-    fn a_module_without_build_id_gets_module_plus_offset_text() {
-        let mods = [module(b"/lib/libnoid.so", 0x5000_0000, &[])];
-        let frames = [frame(0x5000_1a40, false, Method::FramePointer)];
-        let out = render(|m| {
-            m.backtrace(&mods, &frames, Scope::AllModules);
-        });
-        assert_eq!(
-            out,
-            "{{{reset}}}\n#0 0x0000000050001a40 /lib/libnoid.so+0x1a40 fp\n"
-        );
-    }
-
-    #[test]
-    fn trace_scope_limits_context_to_modules_with_frames() {
-        let mods = [module(b"a", 0x1_0000, &[1]), module(b"b", 0x9_0000, &[2])];
-        let frames = [frame(0x9_1000, true, Method::Context)];
-        let out = render(|m| {
-            m.context(&mods, &frames, Scope::TraceModules);
-        });
-        assert!(!out.contains("module:0:"), "{out}");
-        assert!(out.contains("{{{module:1:b:elf:02}}}"), "{out}");
-    }
-
-    #[test]
-    fn numbers_format_exactly() {
-        let out = render(|m| {
-            m.dec(0)
-                .text(" ")
-                .dec(u64::MAX)
-                .text(" ")
-                .signed(-42)
-                .text(" ");
-            m.hex_short(0)
-                .text(" ")
-                .hex_short(0x1a4)
-                .text(" ")
-                .hex(u64::MAX);
-        });
-        assert_eq!(
-            out,
-            "0 18446744073709551615 -42 0x0 0x1a4 0xffffffffffffffff"
-        );
-    }
-
-    #[test]
-    fn a_full_slice_sink_reports_truncation() {
-        let mut buf = [0u8; 8];
-        let mut sink = SliceSink::new(&mut buf);
-        Markup::new(&mut sink).reset();
-        assert!(sink.truncated());
-        assert_eq!(sink.as_bytes(), b"{{{reset");
-    }
-}
+mod tests;

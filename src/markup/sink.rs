@@ -1,0 +1,158 @@
+//! Where markup goes: a fixed buffer or a file descriptor.
+
+/// Where markup goes.
+///
+/// [`Markup`](super::Markup) calls [`Sink::flush`] at the end of every
+/// line, so a buffering sink can hand each line to the system whole.
+pub trait Sink {
+    /// Appends bytes.
+    fn write(&mut self, bytes: &[u8]);
+    /// Pushes out anything buffered (called at the end of each line).
+    fn flush(&mut self) {}
+}
+
+/// A sink over a fixed byte buffer; what does not fit is dropped and
+/// reported by [`SliceSink::truncated`].
+///
+/// ```
+/// use stackmark::markup::{Sink, SliceSink};
+/// let mut buf = [0u8; 4];
+/// let mut sink = SliceSink::new(&mut buf);
+/// sink.write(b"abcdef");
+/// assert_eq!(sink.as_bytes(), b"abcd");
+/// assert!(sink.truncated());
+/// ```
+#[derive(Debug)]
+pub struct SliceSink<'a> {
+    buf: &'a mut [u8],
+    len: usize,
+    truncated: bool,
+}
+
+impl<'a> SliceSink<'a> {
+    /// An empty sink writing into `buf`.
+    pub fn new(buf: &'a mut [u8]) -> Self {
+        SliceSink {
+            buf,
+            len: 0,
+            truncated: false,
+        }
+    }
+
+    /// What was written (all of it, unless [`SliceSink::truncated`]).
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+
+    /// Whether some output did not fit and was dropped.
+    pub fn truncated(&self) -> bool {
+        self.truncated
+    }
+}
+
+impl Sink for SliceSink<'_> {
+    fn write(&mut self, bytes: &[u8]) {
+        let free = &mut self.buf[self.len..];
+        let n = bytes.len().min(free.len());
+        free[..n].copy_from_slice(&bytes[..n]);
+        self.len += n;
+        self.truncated |= n < bytes.len();
+    }
+}
+
+/// Bytes an [`FdSink`] buffers: more than any line the writer makes (a
+/// module line is at most about 300 bytes), so each line leaves in one
+/// `write(2)`.
+pub const FD_SINK_BUFFER: usize = 1024;
+
+/// A sink that writes to a file descriptor with `write(2)`.
+///
+/// It keeps up to [`FD_SINK_BUFFER`] bytes in a buffer inside itself (on
+/// the caller's stack) and writes them at the end of each line, or earlier
+/// when the buffer fills, so a line normally leaves in one system call and
+/// lines from several threads writing to one pipe do not mix. Interrupted
+/// (`EINTR`) and partial writes are retried; any other failure stops the
+/// output and is reported by [`FdSink::failed`]. Async-signal-safe; the
+/// buffer is flushed on drop.
+///
+/// ```
+/// use std::os::fd::AsRawFd;
+/// use stackmark::markup::{FdSink, Markup};
+/// let null = std::fs::File::create("/dev/null").unwrap();
+/// let mut sink = FdSink::new(null.as_raw_fd());
+/// Markup::new(&mut sink).text("one line").newline();
+/// assert!(!sink.failed());
+/// ```
+#[derive(Debug)]
+pub struct FdSink {
+    fd: i32,
+    buf: [u8; FD_SINK_BUFFER],
+    len: usize,
+    failed: bool,
+}
+
+impl FdSink {
+    /// A sink writing to `fd` (which it does not close).
+    pub fn new(fd: i32) -> Self {
+        FdSink {
+            fd,
+            buf: [0; FD_SINK_BUFFER],
+            len: 0,
+            failed: false,
+        }
+    }
+
+    /// Whether a write failed (the output is incomplete).
+    pub fn failed(&self) -> bool {
+        self.failed
+    }
+}
+
+/// Writes all of `bytes` to `fd`; `false` if a write failed.
+fn write_all(fd: i32, mut bytes: &[u8]) -> bool {
+    while !bytes.is_empty() {
+        // SAFETY: `bytes` is a valid slice for its length; write(2) is
+        // async-signal-safe.
+        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+        if n > 0 {
+            // write(2) never reports more than it was given.
+            bytes = bytes.get(n as usize..).unwrap_or_default();
+        } else if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+            continue;
+        } else {
+            // 0 (nothing accepted) would loop forever; other errors are final.
+            return false;
+        }
+    }
+    true
+}
+
+impl Sink for FdSink {
+    fn write(&mut self, bytes: &[u8]) {
+        if self.failed {
+            return;
+        }
+        if self.len + bytes.len() > self.buf.len() {
+            self.flush();
+        }
+        if bytes.len() > self.buf.len() {
+            self.failed |= !write_all(self.fd, bytes);
+        } else {
+            self.buf[self.len..self.len + bytes.len()].copy_from_slice(bytes);
+            self.len += bytes.len();
+        }
+    }
+
+    fn flush(&mut self) {
+        let len = core::mem::take(&mut self.len);
+        if !self.failed {
+            self.failed = !write_all(self.fd, &self.buf[..len]);
+        }
+    }
+}
+
+impl Drop for FdSink {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
