@@ -2,60 +2,102 @@
 # Makes a .build-id tree for `llvm-symbolizer --debug-file-directory=OUTDIR`.
 #
 #   scripts/build-id-tree.sh OUTDIR TARGET_DIR     (a Cargo target/ directory)
-#   scripts/build-id-tree.sh OUTDIR FILE...        (ELF files)
+#   scripts/build-id-tree.sh OUTDIR FILE...        (binaries; directories are searched)
 #
 # For every ELF file with a GNU build ID it creates the symlink
-# OUTDIR/.build-id/xx/rest.debug -> FILE (absolute). In a Cargo target
-# directory it takes the executables and shared libraries of every profile
-# and target (tests, examples, benches, build-script outputs), not objects or
-# rlibs. Mach-O images (macOS) are linked the same way by their LC_UUID when
-# llvm-objdump is available, since markup names them elf:UUID.
+# OUTDIR/.build-id/xx/rest.debug -> FILE (an absolute path). In a directory
+# it takes the executables and shared libraries of every profile and target
+# (tests, examples, benches, build scripts), not objects, rlibs or the
+# incremental cache.
+#
+# Mach-O images (macOS) are linked the same way by their LC_UUID, since the
+# markup names them elf:UUID; this needs llvm-objdump (or Apple's objdump).
+# A dSYM bundle's DWARF file wins over the image with the same UUID: it holds
+# the line tables. Universal (fat) files are split into one thin file per
+# architecture under OUTDIR/.build-id/.slices (needs llvm-lipo or lipo),
+# since llvm-symbolizer cannot pick the slice by UUID itself.
 set -euo pipefail
 if [ $# -lt 2 ]; then
-  sed -n '2,12p' "$0" >&2
+  sed -n '2,18p' "$0" >&2
   exit 2
 fi
 out=$1
 shift
 mkdir -p "$out/.build-id"
+out=$(cd "$out" && pwd -P)
 
-objdump_bin=$(command -v llvm-objdump-19 || command -v llvm-objdump-16 || command -v llvm-objdump || true)
-
-candidates() {
-  for arg in "$@"; do
-    if [ -d "$arg" ]; then
-      find "$arg" -type f \( -perm -u+x -o -name '*.so' -o -name '*.so.*' -o -name '*.dylib' \) \
-        ! -name '*.rlib' ! -name '*.d' ! -name '*.o' ! -name '*.rmeta' ! -path '*/incremental/*' \
-        ! -path '*/.fingerprint/*' 2>/dev/null
-    else
-      printf '%s\n' "$arg"
+first_tool() {
+  local t
+  for t in "$@"; do
+    if command -v "$t" >/dev/null 2>&1; then
+      command -v "$t"
+      return
     fi
   done
 }
+objdump_bin=$(first_tool llvm-objdump-19 llvm-objdump-16 llvm-objdump objdump)
+lipo_bin=$(first_tool llvm-lipo-19 llvm-lipo-16 llvm-lipo lipo)
 
-build_id() {
-  local f=$1 magic
-  magic=$(head -c 4 "$f" 2>/dev/null | od -An -tx1 | tr -d ' \n')
-  case "$magic" in
-    7f454c46)
-      readelf -n "$f" 2>/dev/null | sed -n 's/^[[:space:]]*Build ID: \([0-9a-f]*\)$/\1/p' | head -n 1
-      ;;
-    cffaedfe|cefaedfe)
-      [ -n "$objdump_bin" ] || return 0
-      "$objdump_bin" --macho --private-headers "$f" 2>/dev/null |
-        sed -n 's/^[[:space:]]*uuid \([0-9A-Fa-f-]*\)$/\1/p' | head -n 1 | tr -d '-' | tr 'A-F' 'a-f'
-      ;;
-  esac
+# Every file to look at, dSYM DWARF files last (so that they win).
+candidates() {
+  local arg
+  for arg in "$@"; do
+    if [ -d "$arg" ]; then
+      find "$arg" \( -name incremental -o -name .fingerprint \) -prune -o -type f \
+        \( -perm -u+x -o -name '*.so' -o -name '*.so.*' -o -name '*.dylib' \
+        -o -path '*.dSYM/Contents/Resources/DWARF/*' \) \
+        ! -name '*.rlib' ! -name '*.rmeta' ! -name '*.d' ! -name '*.o' -print 2>/dev/null
+    else
+      printf '%s\n' "$arg"
+    fi
+  done | awk '/\.dSYM\// { late[++n] = $0; next } { print } END { for (i = 1; i <= n; i++) print late[i] }'
+}
+
+magic() {
+  head -c 4 "$1" 2>/dev/null | od -An -tx1 | tr -d ' \n'
+}
+
+elf_build_id() {
+  readelf -n "$1" 2>/dev/null | sed -n 's/^[[:space:]]*Build ID: \([0-9a-f]*\)$/\1/p' | head -n 1
+}
+
+macho_uuid() {
+  [ -n "$objdump_bin" ] || return 0
+  "$objdump_bin" --macho --private-headers "$1" 2>/dev/null |
+    sed -n 's/^[[:space:]]*uuid \([0-9A-Fa-f-]*\)$/\1/p' | head -n 1 | tr -d '-' | tr 'A-F' 'a-f'
 }
 
 count=0
-while IFS= read -r f; do
-  [ -f "$f" ] || continue
-  id=$(build_id "$f")
-  [ ${#id} -ge 4 ] || continue
+link() { # ID FILE
+  local id=$1 f=$2 dir
+  [ ${#id} -ge 4 ] || return 0
   dir="$out/.build-id/${id:0:2}"
   mkdir -p "$dir"
-  ln -sfn "$(cd "$(dirname "$f")" && pwd)/$(basename "$f")" "$dir/${id:2}.debug"
+  ln -sfn "$(cd "$(dirname "$f")" && pwd -P)/$(basename "$f")" "$dir/${id:2}.debug"
   count=$((count + 1))
+}
+
+# Splits a universal file into thin files and links each by its UUID.
+fat() { # FILE
+  local f=$1 arch thin
+  if [ -z "$lipo_bin" ]; then
+    echo "build-id-tree: skipping universal file $f (no lipo)" >&2
+    return 0
+  fi
+  for arch in $("$lipo_bin" -archs "$f" 2>/dev/null); do
+    thin="$out/.build-id/.slices/$(printf '%s' "$f" | tr '/' '_')-$arch"
+    mkdir -p "$out/.build-id/.slices"
+    "$lipo_bin" "$f" -thin "$arch" -output "$thin" 2>/dev/null || continue
+    link "$(macho_uuid "$thin")" "$thin"
+  done
+}
+
+while IFS= read -r f; do
+  [ -f "$f" ] || continue
+  case "$(magic "$f")" in
+    7f454c46) link "$(elf_build_id "$f")" "$f" ;;
+    cffaedfe | cefaedfe) link "$(macho_uuid "$f")" "$f" ;;
+    cafebabe | cafebabf) fat "$f" ;;
+  esac
 done < <(candidates "$@")
 echo "build-id-tree: linked $count files under $out/.build-id" >&2
