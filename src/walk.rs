@@ -448,7 +448,26 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
                         }
                     }
                 }
-                Lookup::Compact { .. } | Lookup::NoInfo | Lookup::Outside => {}
+                Lookup::Compact {
+                    encoding,
+                    func_start,
+                } => {
+                    let mem = StackThenCode {
+                        stack: &self.mem,
+                        code: &self.code,
+                    };
+                    let ok = self.ra_in_register_ok;
+                    // DWARF and null encodings, and broken frames, fall
+                    // through to frame pointers.
+                    match A::step_compact(encoding, func_start, &regs, &mem, ok) {
+                        Ok(next) if A::pc(&next) == 0 => return Err(StopReason::ReturnAddressZero),
+                        Ok(next) if self.accept_with(cur, &next, ok) => {
+                            return Ok((next, Method::CompactUnwind, false))
+                        }
+                        _ => {}
+                    }
+                }
+                Lookup::NoInfo | Lookup::Outside => {}
             }
         }
         if self.opts.use_frame_pointers {
@@ -498,6 +517,20 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             return Some((A::scanned(&self.regs, ra, slot, fp), Method::Scan, false));
         }
         None
+    }
+}
+
+/// Reads the stack, and known code where the stack reader declines: a
+/// compact x86_64 stack-indirect frame reads its size from the function's
+/// `subq`.
+struct StackThenCode<'a, M, C> {
+    stack: &'a M,
+    code: &'a C,
+}
+
+impl<M: MemoryReader, C: CodeMap> MemoryReader for StackThenCode<'_, M, C> {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
+        self.stack.read(addr, buf) || self.code.read_code(addr, buf)
     }
 }
 

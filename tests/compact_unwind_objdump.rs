@@ -133,9 +133,11 @@ fn fixtures_cover_every_encoding_kind_and_several_pages() {
             .arg(dir.join(name))
             .output()
             .unwrap();
-        let pages = String::from_utf8_lossy(&out.stdout)
-            .matches("Second level index[")
-            .count();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let pages = text.matches("Second level index[").count();
         assert!(pages >= 2, "{name}: {pages} pages");
+        // Regular pages list "encoding=", compressed ones "encoding[i]=".
+        assert!(text.contains(", encoding=0x"), "{name}: a regular page");
+        assert!(text.contains(", encoding["), "{name}: a compressed page");
     }
 }

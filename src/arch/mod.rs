@@ -71,6 +71,18 @@ pub trait Arch: Copy + core::fmt::Debug {
         ra_in_register_ok: bool,
     ) -> Result<Self::Regs, StepError>;
 
+    /// Applies an Apple compact-unwind `encoding` for the function starting
+    /// at `func_start`. `mem` reads the stack and, for x86_64
+    /// stack-indirect frames, the function's code. `ra_in_register_ok` is
+    /// as for [`Arch::step_sframe`].
+    fn step_compact<M: MemoryReader>(
+        encoding: u32,
+        func_start: u64,
+        regs: &Self::Regs,
+        mem: &M,
+        ra_in_register_ok: bool,
+    ) -> Result<Self::Regs, CompactStep>;
+
     /// Follows the frame-pointer chain one link.
     fn step_frame_pointer<M: MemoryReader>(
         regs: &Self::Regs,

@@ -129,6 +129,17 @@ impl Arch for Aarch64 {
         })
     }
 
+    /// See [`compact::step`].
+    fn step_compact<M: MemoryReader>(
+        encoding: u32,
+        _func_start: u64,
+        r: &Regs,
+        mem: &M,
+        ra_in_register_ok: bool,
+    ) -> Result<Regs, super::CompactStep> {
+        compact::step(encoding, r, mem, ra_in_register_ok)
+    }
+
     /// `(pc, sp, fp) = (strip(*(fp + 8)), fp + 16, *fp)`. The caller's sp is
     /// only bounded below: the frame record need not sit at the frame's top.
     fn step_frame_pointer<M: MemoryReader>(r: &Regs, mem: &M) -> Result<Regs, StepError> {

@@ -107,6 +107,18 @@ impl Arch for X86_64 {
         })
     }
 
+    /// See [`compact::step`]; no frame keeps its return address in a
+    /// register.
+    fn step_compact<M: MemoryReader>(
+        encoding: u32,
+        func_start: u64,
+        r: &Regs,
+        mem: &M,
+        _ra_in_register_ok: bool,
+    ) -> Result<Regs, super::CompactStep> {
+        compact::step(encoding, func_start, r, mem)
+    }
+
     /// `(rip, rsp, rbp) = (*(rbp + 8), rbp + 16, *rbp)`
     fn step_frame_pointer<M: MemoryReader>(r: &Regs, mem: &M) -> Result<Regs, StepError> {
         if r.rbp % 8 != 0 || r.rbp < r.rsp {

@@ -51,6 +51,28 @@ __attribute__((noinline)) int with_lsda(int a)
     return sink(guard + 1);
 }
 
+/* Every callee-saved register: all five x86_64 registers, and every arm64
+   pair, d8-d15 included. */
+__attribute__((noinline)) int all_saved(int a)
+{
+#if defined(__x86_64__)
+    __asm__ volatile("" ::: "rbx", "r12", "r13", "r14", "r15");
+#else
+    __asm__ volatile("" ::: "x19", "x20", "x21", "x22", "x23", "x24", "x25", "x26",
+                     "x27", "x28", "d8", "d9", "d10", "d11", "d12", "d13", "d14", "d15");
+#endif
+    return sink(a) + 1;
+}
+
+/* A leaf that allocates stack but saves nothing: arm64 frameless with a
+   stack size. */
+__attribute__((noinline, no_stack_protector)) int leaf_stack(int a)
+{
+    volatile int v[8];
+    v[a & 7] = a;
+    return v[(a + 1) & 7];
+}
+
 /* Code without any unwind information: a null encoding. */
 #if defined(__x86_64__)
 __asm__(".text\n.globl _no_unwind\n_no_unwind:\n  nop\n  ret\n");
