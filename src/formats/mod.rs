@@ -7,4 +7,5 @@
 pub mod compact_unwind;
 pub mod cursor;
 pub mod elf;
+pub mod macho;
 pub mod sframe;
