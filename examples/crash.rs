@@ -10,14 +10,18 @@
 //! `thread-overflow`, `threads` (8 threads crash at once), `nested` (the
 //! handler itself faults).
 
+#[cfg(target_os = "linux")]
 use std::alloc::{GlobalAlloc, Layout, System};
+#[cfg(target_os = "linux")]
 use std::hint::black_box;
 
 /// Forwards to the system allocator, but ends the process with status 99
 /// if called while this thread writes a crash report: reports must not
 /// allocate.
+#[cfg(target_os = "linux")]
 struct GuardAlloc;
 
+#[cfg(target_os = "linux")]
 fn guard() {
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
@@ -32,6 +36,7 @@ fn guard() {
 }
 
 // SAFETY: forwards to the system allocator.
+#[cfg(target_os = "linux")]
 unsafe impl GlobalAlloc for GuardAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         guard();
@@ -45,10 +50,12 @@ unsafe impl GlobalAlloc for GuardAlloc {
     }
 }
 
+#[cfg(target_os = "linux")]
 #[global_allocator]
 static ALLOC: GuardAlloc = GuardAlloc;
 
 /// Performs an invalid write through a null pointer.
+#[cfg(target_os = "linux")]
 #[no_mangle]
 #[inline(never)]
 pub extern "C" fn write_through_null(x: u64) -> u64 {
@@ -59,6 +66,7 @@ pub extern "C" fn write_through_null(x: u64) -> u64 {
 }
 
 /// Called back by the C fixture.
+#[cfg(target_os = "linux")]
 #[no_mangle]
 #[inline(never)]
 pub extern "C" fn rust_callback(x: u64) -> u64 {
@@ -66,6 +74,7 @@ pub extern "C" fn rust_callback(x: u64) -> u64 {
 }
 
 /// Enters the C fixture chain.
+#[cfg(target_os = "linux")]
 #[no_mangle]
 #[inline(never)]
 pub extern "C" fn rust_entry(x: u64) -> u64 {
@@ -73,6 +82,7 @@ pub extern "C" fn rust_entry(x: u64) -> u64 {
     black_box(unsafe { stackmark_fixtures::c_level_1(rust_callback, black_box(x)) }) + 1
 }
 
+#[cfg(target_os = "linux")]
 #[inline(never)]
 #[allow(unconditional_recursion)]
 fn recurse(n: u64) -> u64 {
@@ -80,11 +90,13 @@ fn recurse(n: u64) -> u64 {
     black_box(recurse(n + 1)) + pad[3]
 }
 
+#[cfg(target_os = "linux")]
 fn raise(sig: i32) {
     // SAFETY: sends the signal to this thread.
     unsafe { libc::raise(sig) };
 }
 
+#[cfg(target_os = "linux")]
 #[allow(clippy::zero_ptr)]
 fn main() {
     stackmark::install_crash_handler().expect("install the crash handler");
@@ -189,3 +201,8 @@ fn main() {
     }
     eprintln!("stackmark example: still alive after mode {mode}");
 }
+
+/// Elsewhere the example is an empty program: its call chain runs through the
+/// Linux-only C fixtures.
+#[cfg(not(target_os = "linux"))]
+fn main() {}

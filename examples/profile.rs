@@ -11,18 +11,27 @@
 //! `{{{pc:0x...:ra}}};...;{{{pc:0x...:pc}}} COUNT`. The overhead report goes
 //! to standard error. See the README for turning it into a flame graph.
 
+#[cfg(target_os = "linux")]
 use std::collections::HashMap;
+#[cfg(target_os = "linux")]
 use std::hint::black_box;
+#[cfg(target_os = "linux")]
 use std::io::Write;
+#[cfg(target_os = "linux")]
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+#[cfg(target_os = "linux")]
 use std::time::{Duration, Instant};
 
+#[cfg(target_os = "linux")]
 use stackmark::markup::{Markup, Scope, SliceSink};
 
+#[cfg(target_os = "linux")]
 static STOP: AtomicBool = AtomicBool::new(false);
+#[cfg(target_os = "linux")]
 static WORK: AtomicU64 = AtomicU64::new(0);
 
 /// A hot loop in Rust.
+#[cfg(target_os = "linux")]
 #[no_mangle]
 #[inline(never)]
 pub extern "C" fn profile_rust_hot(n: u64) -> u64 {
@@ -35,6 +44,7 @@ pub extern "C" fn profile_rust_hot(n: u64) -> u64 {
 
 /// Called back at the bottom of the C recursion: alternates between the
 /// Rust hot loop and the C one.
+#[cfg(target_os = "linux")]
 #[no_mangle]
 #[inline(never)]
 pub extern "C" fn profile_leaf_work(_: u64) -> u64 {
@@ -49,6 +59,7 @@ pub extern "C" fn profile_leaf_work(_: u64) -> u64 {
 }
 
 /// A worker thread: 60 SFrame-only C frames, then the hot loops.
+#[cfg(target_os = "linux")]
 #[no_mangle]
 #[inline(never)]
 pub extern "C" fn profile_worker() -> u64 {
@@ -56,6 +67,7 @@ pub extern "C" fn profile_worker() -> u64 {
     unsafe { stackmark_fixtures::c_recurse(profile_leaf_work, 56) }
 }
 
+#[cfg(target_os = "linux")]
 fn cpu_time_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -67,6 +79,7 @@ fn cpu_time_ns() -> u64 {
 }
 
 /// Runs the workload on `threads` threads for `secs`; returns work done.
+#[cfg(target_os = "linux")]
 fn run(threads: usize, secs: f64, mut on_tick: impl FnMut()) -> u64 {
     STOP.store(false, SeqCst);
     WORK.store(0, SeqCst);
@@ -90,6 +103,7 @@ fn run(threads: usize, secs: f64, mut on_tick: impl FnMut()) -> u64 {
     WORK.load(SeqCst)
 }
 
+#[cfg(target_os = "linux")]
 fn main() {
     let mut args = std::env::args().skip(1);
     let secs: f64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(3.0);
@@ -155,3 +169,8 @@ fn main() {
         (work as f64 / base_work.max(1) as f64 - 1.0) * 100.0
     );
 }
+
+/// Elsewhere the example is an empty program: it samples with the Linux-only
+/// profiler, through the C fixtures.
+#[cfg(not(target_os = "linux"))]
+fn main() {}

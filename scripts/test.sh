@@ -52,6 +52,13 @@ run_tests --workspace --target aarch64-unknown-linux-gnu
 stage "fuzz smoke run (${STACKMARK_FUZZ_SECS:-60} s per target)"
 bash scripts/fuzz.sh "${STACKMARK_FUZZ_SECS:-60}"
 
+# --- 6. Apple targets: compile only (nothing here can run macOS code) -----------------
+for t in x86_64-apple-darwin aarch64-apple-darwin; do
+  stage "cargo build --lib, cargo clippy --all-targets ($t)"
+  cargo build --lib --target "$t"
+  cargo clippy --workspace --all-targets --target "$t" -- -D warnings
+done
+
 # --- Summary ------------------------------------------------------------------------
 passed=$(grep -E '^test result:' "$LOG" | sed -E 's/.* ([0-9]+) passed.*/\1/' | awk '{s+=$1} END {print s+0}')
 failed=$(grep -E '^test result:' "$LOG" | sed -E 's/.* ([0-9]+) failed.*/\1/' | awk '{s+=$1} END {print s+0}')

@@ -119,7 +119,7 @@ pub fn install_altstack() -> Result<(), CrashError> {
             core::ptr::null_mut(),
             ALTSTACK_SIZE + page,
             libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            MAP_FLAGS,
             -1,
             0,
         );
@@ -177,9 +177,39 @@ pub fn install_crash_handler_to_fd(fd: c_int) -> Result<(), CrashError> {
     Ok(())
 }
 
+/// The alternate stack's mapping.
+#[cfg(target_os = "linux")]
+const MAP_FLAGS: c_int = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK;
+#[cfg(target_os = "macos")]
+const MAP_FLAGS: c_int = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+
+#[cfg(target_os = "linux")]
 fn gettid() -> i32 {
     // SAFETY: gettid has no preconditions.
     unsafe { libc::syscall(libc::SYS_gettid) as i32 }
+}
+
+/// The thread's system-wide id (truncated: ids stay far below 2^31).
+#[cfg(target_os = "macos")]
+fn gettid() -> i32 {
+    let mut id = 0u64;
+    // SAFETY: pthread_threadid_np writes the calling thread's id into `id`.
+    unsafe { libc::pthread_threadid_np(libc::pthread_self(), &mut id) };
+    id as i32
+}
+
+/// Sends `sig` to the calling thread.
+fn raise_here(sig: c_int) {
+    // SAFETY: tgkill is async-signal-safe and has no memory preconditions.
+    #[cfg(target_os = "linux")]
+    unsafe {
+        libc::syscall(libc::SYS_tgkill, libc::getpid(), gettid(), sig)
+    };
+    // SAFETY: pthread_kill on the calling thread is async-signal-safe.
+    #[cfg(target_os = "macos")]
+    unsafe {
+        libc::pthread_kill(libc::pthread_self(), sig)
+    };
 }
 
 /// Puts back the dispositions that were there before ours (for every
@@ -195,7 +225,7 @@ fn restore_and_reraise(sig: c_int) {
         for (i, &s) in CRASH_SIGNALS.iter().enumerate() {
             libc::sigaction(s, &previous[i], core::ptr::null_mut());
         }
-        libc::syscall(libc::SYS_tgkill, libc::getpid(), gettid(), sig);
+        raise_here(sig);
     }
 }
 
@@ -344,7 +374,15 @@ pub fn signal_name(sig: c_int) -> &'static str {
 pub(crate) fn write_thread<S: crate::markup::Sink>(m: &mut Markup<'_, S>) {
     let mut name = [0u8; 17];
     // SAFETY: PR_GET_NAME writes at most 16 bytes plus a NUL into `name`.
-    unsafe { libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr()) };
+    #[cfg(target_os = "linux")]
+    unsafe {
+        libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr())
+    };
+    // SAFETY: writes at most `name.len()` bytes, NUL included.
+    #[cfg(target_os = "macos")]
+    unsafe {
+        libc::pthread_getname_np(libc::pthread_self(), name.as_mut_ptr().cast(), name.len())
+    };
     let len = name.iter().position(|&b| b == 0).unwrap_or(16);
     m.text("thread ").dec(gettid() as u64).text(" \"");
     m.sanitized(&name[..len]).text("\"");
@@ -379,7 +417,7 @@ unsafe fn report(
     write_thread(&mut m);
     m.newline();
     // SAFETY: `uc` is the kernel's ucontext_t.
-    unsafe { crate::os::linux::write_registers(&mut m, uc) };
+    unsafe { crate::os::write_registers(&mut m, uc) };
     if FAULT_IN_REPORT.load(SeqCst) {
         // SAFETY: none: the fault is the point (see `corrupt_for_test`).
         unsafe { core::ptr::null_mut::<u64>().write_volatile(1) };

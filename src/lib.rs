@@ -19,19 +19,19 @@ pub mod os;
 pub mod rule_cache;
 pub mod walk;
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 pub mod crash;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 mod live;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 pub mod panic_hook;
 #[cfg(target_os = "linux")]
 pub mod sample;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 pub use live::*;
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 pub use crash::{install_altstack, install_crash_handler};
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 pub use panic_hook::install_panic_hook;
 pub use walk::{Frame, Method, StopReason, WalkOptions, Walker};

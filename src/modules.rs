@@ -14,6 +14,7 @@
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 
+use crate::formats::compact_unwind::UnwindInfo;
 use crate::formats::elf::{PF_R, PF_W, PF_X};
 use crate::formats::sframe::SFrame;
 use crate::walk::{CodeMap, Lookup};
@@ -75,7 +76,12 @@ pub struct Module {
     build_id_len: u8,
     /// The module's SFrame section (a copy owned by the table), if any.
     pub sframe: Option<SFrame<'static>>,
-    /// Where the table's copy of the SFrame data lives (for freeing).
+    /// The module's Apple compact unwind section (a copy owned by the
+    /// table) and the runtime address of its `mach_header`, from which the
+    /// section's function offsets count.
+    pub compact: Option<(UnwindInfo<'static>, u64)>,
+    /// Where the table's copy of the unwind data lives (for freeing): the
+    /// SFrame section on Linux, `__unwind_info` on macOS.
     pub(crate) sframe_copy: (usize, usize),
     /// Lowest and highest executable addresses, for quick rejection.
     text: (u64, u64),
@@ -97,6 +103,7 @@ impl Module {
         build_id: [0; MAX_BUILD_ID],
         build_id_len: 0,
         sframe: None,
+        compact: None,
         sframe_copy: (0, 0),
         text: (u64::MAX, 0),
     };
@@ -275,10 +282,24 @@ impl Table {
     pub fn lookup_uncached(&self, pc: u64) -> Lookup {
         match self.module_for_code(pc) {
             None => Lookup::Outside,
-            Some(m) => match m.sframe.and_then(|s| s.find_row(pc)) {
-                Some(row) => Lookup::SFrame(row),
-                None => Lookup::NoInfo,
-            },
+            Some(m) => {
+                if let Some(row) = m.sframe.and_then(|s| s.find_row(pc)) {
+                    return Lookup::SFrame(row);
+                }
+                let Some((info, base)) = m.compact else {
+                    return Lookup::NoInfo;
+                };
+                let entry = u32::try_from(pc.wrapping_sub(base))
+                    .ok()
+                    .and_then(|off| info.lookup(off));
+                match entry {
+                    Some(e) => Lookup::Compact {
+                        encoding: e.encoding,
+                        func_start: base.wrapping_add(u64::from(e.func_start)),
+                    },
+                    None => Lookup::NoInfo,
+                }
+            }
         }
     }
 }

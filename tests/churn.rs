@@ -7,6 +7,8 @@
 //!
 //! `STACKMARK_CHURN_SECS` sets the duration (default 3; the full run is 60).
 
+#![cfg(target_os = "linux")]
+
 use std::ffi::CString;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};

@@ -4,6 +4,8 @@
 //!
 //! `STACKMARK_HOSTILE_WALKS` sets how many walks to run (default 10,000).
 
+#![cfg(target_os = "linux")]
+
 mod common;
 
 use std::hint::black_box;

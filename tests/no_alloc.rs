@@ -1,6 +1,8 @@
 //! A walk makes no heap allocation: a counting global allocator, armed only
 //! on the walking thread and only during the walk, must count zero.
 
+#![cfg(target_os = "linux")]
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::hint::black_box;

@@ -3,6 +3,8 @@
 //! at least 95% of the samples that land in a hot function carry its exact
 //! callers up to the worker thread's entry, and none is cut short.
 
+#![cfg(target_os = "linux")]
+
 mod common;
 
 use std::hint::black_box;

@@ -6,6 +6,8 @@
 //!
 //! `STACKMARK_STRESS_SECS` sets the duration (default 3; the full run is 10).
 
+#![cfg(target_os = "linux")]
+
 use std::ffi::CString;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::SeqCst};

@@ -2,6 +2,8 @@
 //! frames, frame-pointer frames, frames only scanning recovers, signal
 //! frames, corrupted stacks and a library loaded with dlopen.
 
+#![cfg(target_os = "linux")]
+
 mod common;
 
 use std::hint::black_box;

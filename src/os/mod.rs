@@ -4,4 +4,18 @@
 #[cfg(target_os = "linux")]
 pub mod linux;
 #[cfg(target_os = "linux")]
-pub use linux::{read_checked, refresh, register_thread, regs_from_ucontext, LiveMemory};
+pub use linux::{
+    current_altstack, read_checked, refresh, register_thread, registered_stack, regs_from_ucontext,
+    write_registers,
+};
+
+#[cfg(target_os = "macos")]
+pub mod macos;
+#[cfg(target_os = "macos")]
+pub use macos::{
+    current_altstack, read_checked, refresh, register_thread, registered_stack, regs_from_ucontext,
+    write_registers,
+};
+
+mod stack;
+pub use stack::LiveMemory;

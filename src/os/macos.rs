@@ -1,0 +1,532 @@
+//! macOS: the module table from dyld, `__unwind_info` from each image's
+//! `__TEXT`, stack bounds, reads that cannot fault, and the Darwin
+//! `ucontext_t`.
+//!
+//! Each image becomes a [`Module`]: its path, its slide as the bias, one
+//! [`Segment`] per `LC_SEGMENT_64` (at `slide + vmaddr`, `__PAGEZERO` and
+//! `__LINKEDIT` left out: the shared cache's images share one
+//! `__LINKEDIT`, and the symbolizer rejects overlapping mmaps), its
+//! `LC_UUID` as the build ID (markup writes it as `elf:UUIDHEX`, which
+//! llvm-symbolizer finds under `.build-id`), and a copy of its
+//! `__unwind_info` with the runtime address of its `mach_header`.
+//!
+//! [`refresh`] rebuilds the table from `_dyld_image_count` and friends and,
+//! the first time, registers `_dyld_register_func_for_add_image` and
+//! `_dyld_register_func_for_remove_image` callbacks that keep it current:
+//! an added image is appended, a removed one dropped (before dyld unmaps
+//! it, since dyld waits for the callback, which waits for walks still
+//! reading the old table). Image memory is only ever read with
+//! [`read_checked`], so an image unloaded while the table is rebuilt gives
+//! a missing module, not a fault.
+
+use core::cell::Cell;
+use core::ffi::{c_char, c_int, c_void, CStr};
+use core::sync::atomic::{AtomicBool, Ordering::SeqCst};
+
+use crate::formats::compact_unwind::UnwindInfo;
+use crate::formats::elf::{PF_R, PF_W, PF_X};
+use crate::formats::macho::{self, MachO, VM_PROT_EXECUTE, VM_PROT_READ, VM_PROT_WRITE};
+use crate::modules::{self, Module, RefreshError, Segment, Table, MAX_MODULES};
+
+// Declared here: the libc crate marks the dyld functions deprecated and
+// lacks the rest.
+extern "C" {
+    fn _dyld_image_count() -> u32;
+    fn _dyld_get_image_header(index: u32) -> *const c_void;
+    fn _dyld_get_image_vmaddr_slide(index: u32) -> isize;
+    fn _dyld_get_image_name(index: u32) -> *const c_char;
+    fn _dyld_register_func_for_add_image(f: extern "C" fn(*const c_void, isize));
+    fn _dyld_register_func_for_remove_image(f: extern "C" fn(*const c_void, isize));
+    fn mach_vm_read_overwrite(
+        task: u32,
+        address: u64,
+        size: u64,
+        data: u64,
+        out_size: *mut u64,
+    ) -> c_int;
+    static mach_task_self_: u32;
+}
+
+// --- Reads that cannot fault -------------------------------------------------
+
+/// Copies `buf.len()` bytes from `addr` in this process, returning `false`
+/// instead of faulting when any of them is unmapped or unreadable:
+/// `mach_vm_read_overwrite` on the task itself, which reports
+/// `KERN_INVALID_ADDRESS` rather than faulting. One Mach call, safe in a
+/// signal handler.
+pub fn read_checked(addr: u64, buf: &mut [u8]) -> bool {
+    if buf.is_empty() {
+        return true;
+    }
+    let mut got = 0u64;
+    // SAFETY: the kernel writes at most `buf.len()` bytes into `buf`;
+    // `mach_task_self_` is the task port dyld initialises before any code
+    // runs.
+    let kr = unsafe {
+        mach_vm_read_overwrite(
+            mach_task_self_,
+            addr,
+            buf.len() as u64,
+            buf.as_mut_ptr() as u64,
+            &mut got,
+        )
+    };
+    kr == 0 && got == buf.len() as u64
+}
+
+// --- Thread stacks ------------------------------------------------------------
+
+thread_local! {
+    /// This thread's stack bounds, once known (`(0, 0)` otherwise).
+    static STACK: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+}
+
+/// Finds this thread's stack bounds with `pthread_get_stackaddr_np` (the
+/// top) and `pthread_get_stacksize_np`, and caches them for walks on this
+/// thread, including from signal handlers.
+pub fn register_thread() -> Option<(u64, u64)> {
+    // SAFETY: both calls only read the calling thread's pthread structure.
+    let (top, size) = unsafe {
+        let me = libc::pthread_self();
+        (
+            libc::pthread_get_stackaddr_np(me) as u64,
+            libc::pthread_get_stacksize_np(me) as u64,
+        )
+    };
+    let bounds = (top.checked_sub(size)?, top);
+    let _ = STACK.try_with(|s| s.set(bounds));
+    Some(bounds)
+}
+
+/// This thread's cached stack bounds, if [`register_thread`] ran on it.
+pub fn registered_stack() -> Option<(u64, u64)> {
+    STACK.try_with(|s| s.get()).ok().filter(|&(lo, hi)| lo < hi)
+}
+
+/// The alternate signal stack, if this thread is running on it.
+pub fn current_altstack() -> Option<(u64, u64)> {
+    // SAFETY: sigaltstack with a null new stack only reports the current one.
+    let ss = unsafe {
+        let mut ss: libc::stack_t = core::mem::zeroed();
+        if libc::sigaltstack(core::ptr::null(), &mut ss) != 0 {
+            return None;
+        }
+        ss
+    };
+    (ss.ss_flags & libc::SS_ONSTACK != 0)
+        .then(|| (ss.ss_sp as u64, ss.ss_sp as u64 + ss.ss_size as u64))
+}
+
+// --- Module discovery ---------------------------------------------------------
+
+const PAGE: usize = 16384;
+/// Longest header plus load commands read from an image.
+const MAX_HEADER: usize = 32 * 1024;
+
+/// The segment flags for a Mach-O protection.
+fn flags(prot: u32) -> u32 {
+    let mut f = 0;
+    if prot & VM_PROT_READ != 0 {
+        f |= PF_R;
+    }
+    if prot & VM_PROT_WRITE != 0 {
+        f |= PF_W;
+    }
+    if prot & VM_PROT_EXECUTE != 0 {
+        f |= PF_X;
+    }
+    f
+}
+
+/// Copies `len` bytes at `addr` into an anonymous mapping the table owns.
+fn copy_out(addr: u64, len: u64) -> Option<(&'static [u8], (usize, usize))> {
+    if len == 0 || len > (1 << 30) {
+        return None;
+    }
+    let size = (len as usize).div_ceil(PAGE) * PAGE;
+    // SAFETY: a fresh anonymous mapping of `size` bytes, checked for
+    // failure; the checked read writes at most `len <= size` bytes into it.
+    unsafe {
+        let p = libc::mmap(
+            core::ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANON,
+            -1,
+            0,
+        );
+        if p == libc::MAP_FAILED {
+            return None;
+        }
+        let buf = core::slice::from_raw_parts_mut(p as *mut u8, len as usize);
+        if !read_checked(addr, buf) {
+            libc::munmap(p, size);
+            return None;
+        }
+        libc::mprotect(p, size, libc::PROT_READ);
+        Some((
+            core::slice::from_raw_parts(p as *const u8, len as usize),
+            (p as usize, size),
+        ))
+    }
+}
+
+fn release_copy((ptr, size): (usize, usize)) {
+    if ptr != 0 {
+        // SAFETY: `(ptr, size)` is a mapping made by `copy_out` that no
+        // published table references any more.
+        unsafe { libc::munmap(ptr as *mut c_void, size) };
+    }
+}
+
+/// The module for the image whose `mach_header` is at `mh`, or `None` if
+/// its header cannot be read (it was unloaded meanwhile). Reuses `old`'s
+/// copy of its `__unwind_info` when `old` holds the same image.
+fn image_module(mh: u64, slide: isize, name: &[u8], old: &Table) -> Option<Module> {
+    let mut head = [0u8; MAX_HEADER];
+    if !read_checked(mh, &mut head[..32]) {
+        return None;
+    }
+    let size = macho::header_size(&head)?.min(MAX_HEADER);
+    if !read_checked(mh, &mut head[..size]) {
+        return None;
+    }
+    let image = MachO::parse(&head[..size]).ok()?;
+    let slide = slide as u64;
+    let mut m = Module::EMPTY;
+    m.set_name(name);
+    m.bias = slide;
+    for s in image.segments() {
+        if s.initprot == 0 || s.name() == b"__LINKEDIT" {
+            continue;
+        }
+        m.push_segment(Segment {
+            start: slide.wrapping_add(s.vmaddr),
+            size: s.vmsize,
+            vaddr: s.vmaddr,
+            flags: flags(s.initprot),
+        });
+    }
+    if let Some(id) = image.uuid() {
+        m.set_build_id(&id);
+    }
+    let reused = old
+        .modules()
+        .iter()
+        .find(|o| o.compact.is_some_and(|(_, base)| base == mh) && o.name() == m.name());
+    if let Some(o) = reused {
+        m.compact = o.compact;
+        m.sframe_copy = o.sframe_copy;
+    } else if let Some(sect) = image.section(b"__TEXT", b"__unwind_info") {
+        if let Some((bytes, copy)) = copy_out(slide.wrapping_add(sect.addr), sect.size) {
+            match UnwindInfo::parse(bytes) {
+                Ok(info) => {
+                    m.compact = Some((info, mh));
+                    m.sframe_copy = copy;
+                }
+                Err(_) => release_copy(copy),
+            }
+        }
+    }
+    Some(m)
+}
+
+/// Appends `m`, releasing its copy if the table is full.
+fn push(table: &mut Table, m: Module) {
+    if !table.push(m) {
+        // A copy reused from the old table is released with the old table.
+        release_copy(m.sframe_copy);
+    }
+}
+
+/// Whether module `m` is the image whose `mach_header` is at `mh`.
+fn is_image(m: &Module, mh: u64) -> bool {
+    m.compact.is_some_and(|(_, base)| base == mh) || m.contains(mh)
+}
+
+/// One image as dyld lists it.
+#[derive(Clone, Copy)]
+struct Image {
+    mh: u64,
+    slide: isize,
+    name: *const c_char,
+}
+
+fn name_bytes<'a>(name: *const c_char) -> &'a [u8] {
+    if name.is_null() {
+        return b"";
+    }
+    // SAFETY: dyld's image names are NUL-terminated and live as long as the
+    // image; the table copies the bytes at once.
+    unsafe { CStr::from_ptr(name) }.to_bytes()
+}
+
+/// Rebuilds the module table from dyld's list of images and, the first
+/// time, registers the callbacks that keep it current. Never from a signal
+/// handler.
+pub fn refresh() -> Result<u64, RefreshError> {
+    watch_images();
+    // dyld's list is read before the table is locked for writing: a dlopen
+    // on another thread holds dyld's lock while its callback waits for the
+    // table.
+    let mut images = [Image {
+        mh: 0,
+        slide: 0,
+        name: core::ptr::null(),
+    }; MAX_MODULES];
+    let mut n = 0;
+    // SAFETY: the dyld queries take an index below the count; an index that
+    // went stale (an image unloaded meanwhile) yields a null header.
+    unsafe {
+        for i in 0.._dyld_image_count() {
+            let mh = _dyld_get_image_header(i) as u64;
+            if mh == 0 || n == images.len() {
+                continue;
+            }
+            images[n] = Image {
+                mh,
+                slide: _dyld_get_image_vmaddr_slide(i),
+                name: _dyld_get_image_name(i),
+            };
+            n += 1;
+        }
+    }
+    modules::refresh_with(
+        |new, old| {
+            for im in &images[..n] {
+                if let Some(m) = image_module(im.mh, im.slide, name_bytes(im.name), old) {
+                    push(new, m);
+                }
+            }
+        },
+        |m| release_copy(m.sframe_copy),
+    )
+}
+
+static WATCHING: AtomicBool = AtomicBool::new(false);
+/// Set while the callbacks are being registered: dyld then calls the add
+/// callback for every image already loaded, which the full refresh that
+/// follows covers at once.
+static REGISTERING: AtomicBool = AtomicBool::new(false);
+
+fn watch_images() {
+    if WATCHING.swap(true, SeqCst) {
+        return;
+    }
+    REGISTERING.store(true, SeqCst);
+    // SAFETY: the callbacks are plain functions that live as long as the
+    // process.
+    unsafe {
+        _dyld_register_func_for_add_image(on_add_image);
+        _dyld_register_func_for_remove_image(on_remove_image);
+    }
+    REGISTERING.store(false, SeqCst);
+}
+
+extern "C" fn on_add_image(mh: *const c_void, slide: isize) {
+    let mh = mh as u64;
+    if REGISTERING.load(SeqCst) || mh == 0 {
+        return;
+    }
+    if let Some(t) = modules::current() {
+        if t.modules().iter().any(|m| is_image(m, mh)) {
+            return;
+        }
+    }
+    // SAFETY: an all-zero Dl_info is valid (null pointers); dladdr fills it
+    // for an address inside a loaded image.
+    let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
+    // SAFETY: as above.
+    let name = if unsafe { libc::dladdr(mh as *const c_void, &mut info) } != 0 {
+        name_bytes(info.dli_fname)
+    } else {
+        b""
+    };
+    let _ = modules::refresh_with(
+        |new, old| {
+            for m in old.modules().iter().filter(|m| !is_image(m, mh)) {
+                push(new, *m);
+            }
+            if let Some(m) = image_module(mh, slide, name, old) {
+                push(new, m);
+            }
+        },
+        |m| release_copy(m.sframe_copy),
+    );
+}
+
+extern "C" fn on_remove_image(mh: *const c_void, _slide: isize) {
+    let mh = mh as u64;
+    let _ = modules::refresh_with(
+        |new, old| {
+            for m in old.modules().iter().filter(|m| !is_image(m, mh)) {
+                push(new, *m);
+            }
+        },
+        |m| release_copy(m.sframe_copy),
+    );
+}
+
+// --- The Darwin ucontext -------------------------------------------------------
+
+/// `struct __darwin_ucontext` (64-bit): the machine context is behind a
+/// pointer.
+#[repr(C)]
+struct DarwinUcontext {
+    _uc_onstack: c_int,
+    _uc_sigmask: u32,
+    _uc_stack: libc::stack_t,
+    _uc_link: *mut c_void,
+    _uc_mcsize: usize,
+    uc_mcontext: *const c_void,
+}
+
+const _: () = assert!(core::mem::offset_of!(DarwinUcontext, uc_mcontext) == 48);
+
+/// `__darwin_mcontext64` on x86_64 up to its thread state: the exception
+/// state (16 bytes), then `rax rbx rcx rdx rdi rsi rbp rsp r8..r15 rip
+/// rflags cs fs gs`.
+#[cfg(target_arch = "x86_64")]
+#[repr(C)]
+struct Mcontext {
+    _es: [u64; 2],
+    ss: [u64; 21],
+}
+
+/// `__darwin_mcontext64` on arm64 up to its thread state: the exception
+/// state (16 bytes), then `x0..x28 fp lr sp pc cpsr`.
+#[cfg(target_arch = "aarch64")]
+#[repr(C)]
+struct Mcontext {
+    _es: [u64; 2],
+    x: [u64; 29],
+    fp: u64,
+    lr: u64,
+    sp: u64,
+    pc: u64,
+    cpsr: u32,
+    _pad: u32,
+}
+
+/// The machine context of a Darwin `ucontext_t`.
+///
+/// # Safety
+/// `uc` must point to a valid `ucontext_t`.
+unsafe fn mcontext<'a>(uc: *const c_void) -> &'a Mcontext {
+    // SAFETY: the caller guarantees `uc` is a valid ucontext_t, whose
+    // `uc_mcontext` points at the kernel's machine context.
+    unsafe { &*((*(uc as *const DarwinUcontext)).uc_mcontext as *const Mcontext) }
+}
+
+#[cfg(target_arch = "x86_64")]
+const X86_NAMES: [&str; 18] = [
+    "rax", "rbx", "rcx", "rdx", "rdi", "rsi", "rbp", "rsp", "r8", "r9", "r10", "r11", "r12", "r13",
+    "r14", "r15", "rip", "rflags",
+];
+
+/// The interrupted registers in a Darwin x86_64 `ucontext_t`.
+///
+/// # Safety
+/// `uc` must point to a valid `ucontext_t`.
+#[cfg(target_arch = "x86_64")]
+pub unsafe fn regs_from_ucontext(uc: *const c_void) -> crate::arch::x86_64::Regs {
+    // SAFETY: forwarded from the caller.
+    let s = unsafe { &mcontext(uc).ss };
+    crate::arch::x86_64::Regs {
+        rip: s[16],
+        rsp: s[7],
+        rbp: s[6],
+        rbx: s[1],
+        r12: s[12],
+        r13: s[13],
+        r14: s[14],
+        r15: s[15],
+    }
+}
+
+/// The interrupted registers in a Darwin arm64 `ucontext_t`; pc and lr are
+/// stripped of pointer-authentication bits.
+///
+/// # Safety
+/// `uc` must point to a valid `ucontext_t`.
+#[cfg(target_arch = "aarch64")]
+pub unsafe fn regs_from_ucontext(uc: *const c_void) -> crate::arch::aarch64::Regs {
+    use crate::arch::aarch64::strip_pac;
+    // SAFETY: forwarded from the caller.
+    let m = unsafe { mcontext(uc) };
+    let mut x19_x28 = [0u64; 10];
+    x19_x28.copy_from_slice(&m.x[19..29]);
+    crate::arch::aarch64::Regs {
+        pc: strip_pac(m.pc),
+        sp: m.sp,
+        fp: m.fp,
+        lr: strip_pac(m.lr),
+        x19_x28,
+    }
+}
+
+/// Writes the interrupted registers of a Darwin x86_64 `ucontext_t`, four
+/// to a line.
+///
+/// # Safety
+/// `uc` must point to a valid `ucontext_t`.
+#[cfg(target_arch = "x86_64")]
+pub unsafe fn write_registers<S: crate::markup::Sink>(
+    m: &mut crate::markup::Markup<'_, S>,
+    uc: *const c_void,
+) {
+    // SAFETY: forwarded from the caller.
+    let s = unsafe { &mcontext(uc).ss };
+    for (i, name) in X86_NAMES.iter().enumerate() {
+        m.text(if i % 4 == 0 { "stackmark:   " } else { "  " });
+        m.text(name).text(" ").hex(s[i]);
+        if i % 4 == 3 || i == X86_NAMES.len() - 1 {
+            m.newline();
+        }
+    }
+}
+
+/// Writes the interrupted registers of a Darwin arm64 `ucontext_t`, four to
+/// a line.
+///
+/// # Safety
+/// `uc` must point to a valid `ucontext_t`.
+#[cfg(target_arch = "aarch64")]
+pub unsafe fn write_registers<S: crate::markup::Sink>(
+    m: &mut crate::markup::Markup<'_, S>,
+    uc: *const c_void,
+) {
+    // SAFETY: forwarded from the caller.
+    let mc = unsafe { mcontext(uc) };
+    let extra: [(&str, u64); 5] = [
+        ("fp", mc.fp),
+        ("lr", mc.lr),
+        ("sp", mc.sp),
+        ("pc", mc.pc),
+        ("cpsr", u64::from(mc.cpsr)),
+    ];
+    let total = mc.x.len() + extra.len();
+    let mut name = [0u8; 3];
+    for i in 0..total {
+        m.text(if i % 4 == 0 { "stackmark:   " } else { "  " });
+        if i < mc.x.len() {
+            // "x0" .. "x28"
+            name[0] = b'x';
+            let len = if i < 10 {
+                name[1] = b'0' + i as u8;
+                2
+            } else {
+                name[1] = b'0' + (i / 10) as u8;
+                name[2] = b'0' + (i % 10) as u8;
+                3
+            };
+            m.bytes(&name[..len]).text(" ").hex(mc.x[i]);
+        } else {
+            let (n, v) = extra[i - mc.x.len()];
+            m.text(n).text(" ").hex(v);
+        }
+        if i % 4 == 3 || i == total - 1 {
+            m.newline();
+        }
+    }
+}

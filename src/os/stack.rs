@@ -1,0 +1,136 @@
+//! The live stack reader, the same on Linux and macOS: it reads only this
+//! thread's stacks, found from the bounds the OS module records and by
+//! probing pages with its checked read.
+
+use core::cell::Cell;
+
+use super::{current_altstack, read_checked, registered_stack};
+use crate::memory::MemoryReader;
+
+const PAGE: u64 = 4096;
+
+/// How far above a walk's starting sp an unregistered stack may be probed.
+const PROBE_LIMIT: u64 = 64 << 20;
+
+/// One stack range: `lo..hi` is known readable; `hi` may grow by probing
+/// pages up to `limit`.
+#[derive(Clone, Copy, Debug, Default)]
+struct Region {
+    lo: u64,
+    hi: u64,
+    limit: u64,
+}
+
+/// The live stack reader: direct reads inside this thread's known stack
+/// ranges, page probes (with [`read_checked`]) to discover an unregistered
+/// stack's extent upwards from the walk's sp, and nothing else. It never
+/// reads the heap or any other thread's stack.
+#[derive(Debug)]
+pub struct LiveMemory {
+    regions: [Cell<Region>; 3],
+    count: Cell<usize>,
+}
+
+impl LiveMemory {
+    /// A reader for a walk whose first frame has stack pointer `sp`.
+    pub fn new(sp: u64) -> Self {
+        let m = LiveMemory {
+            regions: Default::default(),
+            count: Cell::new(0),
+        };
+        let registered = registered_stack();
+        if let Some((lo, hi)) = registered {
+            m.push(Region { lo, hi, limit: hi });
+        }
+        // Only when the walk starts off the registered stack is it worth a
+        // system call to learn the alternate signal stack.
+        if !registered.is_some_and(|(lo, hi)| sp >= lo && sp < hi) {
+            if let Some((lo, hi)) = current_altstack() {
+                m.push(Region { lo, hi, limit: hi });
+            }
+        }
+        m.enter_stack(sp);
+        m
+    }
+
+    fn push(&self, r: Region) {
+        let n = self.count.get();
+        if n < self.regions.len() {
+            self.regions[n].set(r);
+            self.count.set(n + 1);
+        }
+    }
+
+    fn readable(&self, addr: u64, end: u64) -> bool {
+        for cell in &self.regions[..self.count.get()] {
+            let mut r = cell.get();
+            if addr < r.lo || end > r.limit {
+                continue;
+            }
+            // A region starts at the first readable page at or below what is
+            // read: the walk's first sp may sit in a guard page (a stack
+            // overflow), with the stack proper just above.
+            if r.hi == r.lo && addr >= r.hi {
+                r.lo = addr & !(PAGE - 1);
+                r.hi = r.lo;
+            }
+            // Probe whole pages until the range is covered.
+            while end > r.hi {
+                let mut b = [0u8; 1];
+                if !read_checked(r.hi, &mut b) {
+                    cell.set(r);
+                    return false;
+                }
+                r.hi += PAGE;
+            }
+            cell.set(r);
+            return true;
+        }
+        false
+    }
+}
+
+impl MemoryReader for LiveMemory {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
+        let Some(end) = addr.checked_add(buf.len() as u64) else {
+            return false;
+        };
+        // Most reads fall in the first region's known part: check it first.
+        let first = self.regions[0].get();
+        let known = self.count.get() > 0 && addr >= first.lo && end <= first.hi;
+        if !known && !self.readable(addr, end) {
+            return false;
+        }
+        // SAFETY: `readable` established that `addr..end` lies in this
+        // thread's stack, which stays mapped while the thread runs this code.
+        unsafe { core::ptr::copy_nonoverlapping(addr as *const u8, buf.as_mut_ptr(), buf.len()) };
+        true
+    }
+
+    /// The hot read of the walk: one word, without a byte copy loop.
+    fn read_u64(&self, addr: u64) -> Option<u64> {
+        let end = addr.checked_add(8)?;
+        let first = self.regions[0].get();
+        let known = self.count.get() > 0 && addr >= first.lo && end <= first.hi;
+        if !known && !self.readable(addr, end) {
+            return None;
+        }
+        // SAFETY: as in `read`: the range lies in this thread's stack.
+        Some(unsafe { core::ptr::read_unaligned(addr as *const u64) })
+    }
+
+    /// Admits the stack holding `sp`, from `sp`'s page upwards.
+    fn enter_stack(&self, sp: u64) {
+        let known = self.regions[..self.count.get()]
+            .iter()
+            .any(|r| sp >= r.get().lo && sp < r.get().limit);
+        if sp != 0 && !known {
+            let lo = sp & !(PAGE - 1);
+            self.push(Region {
+                lo,
+                hi: lo,
+                limit: lo.saturating_add(PROBE_LIMIT),
+            });
+        }
+    }
+}
