@@ -6,6 +6,7 @@ use core::ffi::c_void;
 use crate::arch::{Arch, Native};
 use crate::modules::{self, TableGuard};
 use crate::os::LiveMemory;
+use crate::walk::fast::Hot;
 use crate::walk::{CodeMap, Frame, Lookup, WalkOptions, Walker};
 
 /// The native register set.
@@ -18,6 +19,13 @@ pub type LiveWalker = Walker<Native, LiveMemory, TableGuard>;
 impl CodeMap for TableGuard {
     fn lookup(&self, pc: u64) -> Lookup {
         (**self).lookup(pc)
+    }
+    fn hot_context(&self) -> u64 {
+        (**self).hot_context()
+    }
+    #[inline(always)]
+    fn hot_at(&self, key: u64, context: u64) -> Hot {
+        (**self).hot_at(key, context)
     }
     fn is_code(&self, addr: u64) -> bool {
         (**self).is_code(addr)

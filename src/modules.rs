@@ -17,6 +17,7 @@ use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use crate::formats::compact_unwind::UnwindInfo;
 use crate::formats::elf::{PF_R, PF_W, PF_X};
 use crate::formats::sframe::SFrame;
+use crate::walk::fast::Hot;
 use crate::walk::{CodeMap, Lookup};
 
 /// Most modules the table holds; further modules are left out (and counted
@@ -175,6 +176,9 @@ pub struct Table {
     count: usize,
     /// Module indices sorted by the start of their executable range.
     by_text: [u16; MAX_MODULES],
+    /// The executable ranges in `by_text` order, packed together so a
+    /// search touches a few cache lines rather than every module.
+    text_sorted: [(u64, u64); MAX_MODULES],
     dropped: usize,
     trampolines: [u64; MAX_TRAMPOLINES],
     trampoline_count: usize,
@@ -187,6 +191,7 @@ impl Table {
         modules: [Module::EMPTY; MAX_MODULES],
         count: 0,
         by_text: [0; MAX_MODULES],
+        text_sorted: [(0, 0); MAX_MODULES],
         dropped: 0,
         trampolines: [0; MAX_TRAMPOLINES],
         trampoline_count: 0,
@@ -254,20 +259,22 @@ impl Table {
                 j -= 1;
             }
         }
+        for (slot, &i) in self.text_sorted.iter_mut().zip(&self.by_text[..self.count]) {
+            *slot = self.modules[i as usize].text;
+        }
         self.generation = generation;
     }
 
     /// The module whose executable segments hold `addr`.
     pub fn module_for_code(&self, addr: u64) -> Option<&Module> {
-        let idx = &self.by_text[..self.count];
+        let texts = &self.text_sorted[..self.count];
         // Last module whose text starts at or below addr; ranges may nest
         // (the vDSO sits apart), so look back over a few candidates.
-        let pos = idx.partition_point(|&i| self.modules[i as usize].text.0 <= addr);
-        idx[..pos]
-            .iter()
+        let pos = texts.partition_point(|t| t.0 <= addr);
+        (pos.saturating_sub(4)..pos)
             .rev()
-            .take(4)
-            .map(|&i| &self.modules[i as usize])
+            .filter(|&k| addr < texts[k].1)
+            .map(|k| &self.modules[self.by_text[k] as usize])
             .find(|m| m.is_code(addr))
     }
 
@@ -304,6 +311,16 @@ impl Table {
     }
 }
 
+impl Table {
+    #[cold]
+    fn hot_miss(&self, key: u64) -> Hot {
+        let trampoline = self.is_trampoline(key) || self.is_trampoline(key.wrapping_add(1));
+        let hot = Hot::classify(&self.lookup(key), trampoline);
+        crate::step_cache::put(key, self.generation, hot);
+        hot
+    }
+}
+
 impl CodeMap for Table {
     /// Served from the per-pc cache ([`crate::rule_cache`]) when it holds
     /// this pc for this table's generation.
@@ -314,6 +331,21 @@ impl CodeMap for Table {
         let found = self.lookup_uncached(pc);
         crate::rule_cache::put(pc, self.generation, &found);
         found
+    }
+
+    /// Served from the hot path's cache ([`crate::step_cache`]); a miss
+    /// classifies the (cached) lookup and remembers the answer.
+    fn hot_context(&self) -> u64 {
+        self.generation
+    }
+
+    /// `generation` is this table's: the cache's key.
+    #[inline(always)]
+    fn hot_at(&self, key: u64, generation: u64) -> Hot {
+        if let Some(hit) = crate::step_cache::get(key, generation) {
+            return hit;
+        }
+        self.hot_miss(key)
     }
 
     /// A binary search over a handful of text ranges: cheaper than a

@@ -51,6 +51,7 @@ pub const PROFILE_OPTIONS: crate::walk::WalkOptions = crate::walk::WalkOptions {
     use_frame_pointers: true,
     scan_words: 64,
     max_scans_in_a_row: 1,
+    fast_path: true,
 };
 
 const EMPTY: u8 = 0;

@@ -118,6 +118,12 @@ pub trait Arch: Copy + core::fmt::Debug {
     /// anywhere in the frame, so `fp + 16` is only a lower bound.
     const FP_STEP_GIVES_CFA: bool;
 
+    /// The caller's registers after a step that recovered its `pc`, `sp`
+    /// and `fp` and no other register (an SFrame row or a frame-pointer
+    /// link): the same as [`Arch::step_sframe`] and
+    /// [`Arch::step_frame_pointer`] give.
+    fn caller(regs: &Self::Regs, pc: u64, sp: u64, fp: u64) -> Self::Regs;
+
     /// The same registers with another stack pointer.
     fn with_sp(regs: &Self::Regs, sp: u64) -> Self::Regs;
 }

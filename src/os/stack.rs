@@ -61,6 +61,12 @@ impl LiveMemory {
         }
     }
 
+    #[cold]
+    #[inline(never)]
+    fn readable_cold(&self, addr: u64, end: u64) -> bool {
+        self.readable(addr, end)
+    }
+
     fn readable(&self, addr: u64, end: u64) -> bool {
         for cell in &self.regions[..self.count.get()] {
             let mut r = cell.get();
@@ -108,11 +114,12 @@ impl MemoryReader for LiveMemory {
     }
 
     /// The hot read of the walk: one word, without a byte copy loop.
+    #[inline(always)]
     fn read_u64(&self, addr: u64) -> Option<u64> {
         let end = addr.checked_add(8)?;
         let first = self.regions[0].get();
         let known = self.count.get() > 0 && addr >= first.lo && end <= first.hi;
-        if !known && !self.readable(addr, end) {
+        if !known && !self.readable_cold(addr, end) {
             return None;
         }
         // SAFETY: as in `read`: the range lies in this thread's stack.

@@ -37,7 +37,8 @@ pub fn sframe_parse(data: &[u8]) {
 
 /// Input layout: 3 x u16 lengths (stack, code, sframe), the register
 /// words, then the three regions. Addresses are fixed so pointers in the
-/// data can aim at them.
+/// data can aim at them. The hot path must give exactly the walk the
+/// general step gives, through the iterator and through `fill`.
 #[allow(dead_code)]
 pub fn walk_synthetic(data: &[u8]) {
     use stackmark::arch::aarch64::{Aarch64, Regs as A64};
@@ -98,6 +99,10 @@ pub fn walk_synthetic(data: &[u8]) {
         scan_words: 64,
         ..WalkOptions::default()
     };
+    let general = WalkOptions {
+        fast_path: false,
+        ..opts
+    };
     let precise = h[6] & 1 != 0;
     let check = |frames: &[stackmark::Frame]| {
         assert!(frames.len() <= 64);
@@ -114,9 +119,17 @@ pub fn walk_synthetic(data: &[u8]) {
             rbx: word(3),
             ..Default::default()
         };
-        let frames: Vec<_> = Walker::<X86_64, _, _>::new(regs, precise, &mem, map, opts).collect();
+        let mut w = Walker::<X86_64, _, _>::new(regs, precise, &mem, map, opts);
+        let frames: Vec<_> = w.by_ref().collect();
         check(&frames);
         assert!(mem.reads.get() <= MAX_READS, "{} reads", mem.reads.get());
+        let mut g = Walker::<X86_64, _, _>::new(regs, precise, &mem, map, general);
+        let general_frames: Vec<_> = g.by_ref().collect();
+        assert_eq!(frames, general_frames, "the hot path changed the walk");
+        assert_eq!(w.stop_reason(), g.stop_reason());
+        let mut buf = [stackmark::Frame::default(); 64];
+        let n = Walker::<X86_64, _, _>::new(regs, precise, &mem, map, opts).fill(&mut buf);
+        assert_eq!(&buf[..n], &frames[..], "fill and the iterator agree");
     } else {
         let regs = A64 {
             pc: aim(word(0)),
@@ -125,9 +138,17 @@ pub fn walk_synthetic(data: &[u8]) {
             lr: aim(word(3)),
             ..Default::default()
         };
-        let frames: Vec<_> = Walker::<Aarch64, _, _>::new(regs, precise, &mem, map, opts).collect();
+        let mut w = Walker::<Aarch64, _, _>::new(regs, precise, &mem, map, opts);
+        let frames: Vec<_> = w.by_ref().collect();
         check(&frames);
         assert!(mem.reads.get() <= MAX_READS, "{} reads", mem.reads.get());
+        let mut g = Walker::<Aarch64, _, _>::new(regs, precise, &mem, map, general);
+        let general_frames: Vec<_> = g.by_ref().collect();
+        assert_eq!(frames, general_frames, "the hot path changed the walk");
+        assert_eq!(w.stop_reason(), g.stop_reason());
+        let mut buf = [stackmark::Frame::default(); 64];
+        let n = Walker::<Aarch64, _, _>::new(regs, precise, &mem, map, opts).fill(&mut buf);
+        assert_eq!(&buf[..n], &frames[..], "fill and the iterator agree");
     }
 }
 

@@ -212,6 +212,19 @@ impl Arch for Aarch64 {
 
     const FP_STEP_GIVES_CFA: bool = false;
 
+    /// The link register holds the return address, as after
+    /// [`Arch::step_sframe`].
+    #[inline(always)]
+    fn caller(r: &Regs, pc: u64, sp: u64, fp: u64) -> Regs {
+        Regs {
+            pc,
+            sp,
+            fp,
+            lr: pc,
+            ..*r
+        }
+    }
+
     fn with_sp(r: &Regs, sp: u64) -> Regs {
         Regs { sp, ..*r }
     }

@@ -200,6 +200,16 @@ impl Arch for X86_64 {
 
     const FP_STEP_GIVES_CFA: bool = true;
 
+    #[inline(always)]
+    fn caller(r: &Regs, rip: u64, rsp: u64, rbp: u64) -> Regs {
+        Regs {
+            rip,
+            rsp,
+            rbp,
+            ..*r
+        }
+    }
+
     fn with_sp(r: &Regs, sp: u64) -> Regs {
         Regs { rsp: sp, ..*r }
     }

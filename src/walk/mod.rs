@@ -66,9 +66,12 @@ impl Frame {
     }
 }
 
+pub mod fast;
+
 use crate::arch::{Arch, StepError};
 use crate::formats::sframe::{CfaRule, RegRule, Row};
 use crate::memory::MemoryReader;
+use fast::Hot;
 
 /// What the module table knows about one pc.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -127,6 +130,54 @@ pub trait CodeMap {
         let mut code = [0u8; 16];
         let code = &mut code[..A::SIGRETURN_CODE.len()];
         self.read_code(pc, code) && code == A::SIGRETURN_CODE
+    }
+
+    /// A value that [`CodeMap::hot_at`] takes, read once per walk so the
+    /// inner loop keeps it in a register (the module table's generation,
+    /// which keys its cache).
+    fn hot_context(&self) -> u64 {
+        0
+    }
+
+    /// What the hot path may do at lookup pc `key`; `context` is what
+    /// [`CodeMap::hot_context`] gave. The default classifies
+    /// [`CodeMap::lookup`]; implementations may cache the answer.
+    fn hot_at(&self, key: u64, context: u64) -> Hot {
+        let _ = context;
+        let trampoline =
+            self.is_known_trampoline(key) || self.is_known_trampoline(key.wrapping_add(1));
+        Hot::classify(&self.lookup(key), trampoline)
+    }
+}
+
+impl<C: CodeMap + ?Sized> CodeMap for &C {
+    fn lookup(&self, pc: u64) -> Lookup {
+        (**self).lookup(pc)
+    }
+    fn is_code(&self, addr: u64) -> bool {
+        (**self).is_code(addr)
+    }
+    fn code_range(&self, addr: u64) -> Option<(u64, u64)> {
+        (**self).code_range(addr)
+    }
+    fn read_code(&self, addr: u64, buf: &mut [u8]) -> bool {
+        (**self).read_code(addr, buf)
+    }
+    fn follows_call<A: Arch>(&self, ra: u64) -> bool {
+        (**self).follows_call::<A>(ra)
+    }
+    fn is_known_trampoline(&self, pc: u64) -> bool {
+        (**self).is_known_trampoline(pc)
+    }
+    fn is_sigreturn<A: Arch>(&self, pc: u64) -> bool {
+        (**self).is_sigreturn::<A>(pc)
+    }
+    fn hot_context(&self) -> u64 {
+        (**self).hot_context()
+    }
+    #[inline(always)]
+    fn hot_at(&self, key: u64, context: u64) -> Hot {
+        (**self).hot_at(key, context)
     }
 }
 
@@ -227,6 +278,10 @@ pub struct WalkOptions {
     /// past the outermost real frame (above `_start`, in the environment
     /// and auxiliary vector) scanning only finds stale code addresses.
     pub max_scans_in_a_row: usize,
+    /// Try the specialised step for simple rows and frame pointers first
+    /// ([`fast`]). It never changes the frames a walk gives, only its cost;
+    /// off sends every step through the general path, for comparison.
+    pub fast_path: bool,
 }
 
 impl Default for WalkOptions {
@@ -237,6 +292,7 @@ impl Default for WalkOptions {
             use_frame_pointers: true,
             scan_words: 512,
             max_scans_in_a_row: 3,
+            fast_path: true,
         }
     }
 }
@@ -282,6 +338,9 @@ pub struct Walker<A: Arch, M, C> {
     last_code: core::cell::Cell<(u64, u64)>,
     /// The current frame was found by following the frame-pointer chain.
     reached_by_fp: bool,
+    /// The hot path's answer for the pending frame's lookup pc, found when
+    /// it accepted that frame.
+    next_hot: Option<Hot>,
     stop: StopReason,
 }
 
@@ -307,6 +366,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             scans_in_a_row: 0,
             last_code: core::cell::Cell::new((0, 0)),
             reached_by_fp: false,
+            next_hot: None,
             stop: StopReason::Running,
         }
     }
@@ -325,7 +385,13 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
     pub fn fill(&mut self, out: &mut [Frame]) -> usize {
         let mut n = 0;
         while n < out.len() {
-            match self.next() {
+            if self.opts.fast_path {
+                n += self.fill_fast(&mut out[n..]);
+                if n == out.len() {
+                    break;
+                }
+            }
+            match self.next_general() {
                 Some(f) => {
                     out[n] = f;
                     n += 1;
@@ -390,6 +456,95 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             let next = A::step_sframe(row, &regs, &self.mem, false).ok()?;
             (self.accept(cur, &next) && self.after_call(A::pc(&next))).then_some(next)
         })
+    }
+
+    /// Returns frames into `out` for as long as the hot path finds their
+    /// callers, and stops, with the walk's state written back, at the first
+    /// frame it leaves to the general step. Where it answers, it gives
+    /// exactly what the general step would: it takes only rows and
+    /// frame-pointer links that [`Self::step`] would apply first, and only
+    /// callers that step would accept. The frame at the depth limit is left
+    /// to the general path too.
+    #[inline(always)]
+    fn fill_fast(&mut self, out: &mut [Frame]) -> usize {
+        let Some(mut cur) = self.pending else {
+            return 0;
+        };
+        let (use_tables, use_fp) = (self.opts.use_tables, self.opts.use_frame_pointers);
+        let last_step = self.opts.max_depth.saturating_sub(1);
+        let mut regs = self.regs;
+        let mut sp_exact = self.sp_exact;
+        let mut hot = self.next_hot.take();
+        let context = self.code.hot_context();
+        let mut n = 0;
+        let mut last_method = None;
+        while n < out.len() && self.depth + n < last_step {
+            let here = match hot {
+                Some(h) => h,
+                None => self.code.hot_at(cur.lookup_pc(), context),
+            };
+            let (rule, method) = if use_tables && here.is_rule() {
+                (here, Method::SFrame)
+            } else if use_fp && here.is_code_without_trampoline() {
+                (Hot::FRAME_POINTER_LINK, Method::FramePointer)
+            } else {
+                break;
+            };
+            let (sp, fp) = (A::sp(&regs), A::fp(&regs));
+            if method == Method::FramePointer {
+                if fp % 8 != 0 || fp < sp {
+                    break;
+                }
+            } else if !rule.cfa_fp() && !sp_exact {
+                break;
+            }
+            let cfa = (if rule.cfa_fp() { fp } else { sp }).wrapping_add(rule.cfa_off());
+            let Some(ra) = self.mem.read_u64(cfa.wrapping_add(rule.ra_off())) else {
+                break;
+            };
+            let caller_fp = match rule.fp_off() {
+                Some(o) => match self.mem.read_u64(cfa.wrapping_add(o)) {
+                    Some(v) => v,
+                    None => break,
+                },
+                None => fp,
+            };
+            let pc = if rule.mangled_ra() {
+                A::strip_pac(ra)
+            } else {
+                ra
+            };
+            if pc == 0 || cfa <= cur.sp {
+                break;
+            }
+            let next = self.code.hot_at(pc - 1, context);
+            if next.is_outside() {
+                break;
+            }
+            out[n] = cur;
+            n += 1;
+            regs = A::caller(&regs, pc, cfa, caller_fp);
+            cur = Frame {
+                pc,
+                sp: cfa,
+                precise: false,
+                method,
+            };
+            sp_exact = method == Method::SFrame || A::FP_STEP_GIVES_CFA;
+            hot = Some(next);
+            last_method = Some(method);
+        }
+        if let Some(method) = last_method {
+            self.depth += n;
+            self.regs = regs;
+            self.pending = Some(cur);
+            self.sp_exact = sp_exact;
+            self.ra_in_register_ok = false;
+            self.reached_by_fp = method == Method::FramePointer;
+            self.scans_in_a_row = 0;
+            self.next_hot = hot;
+        }
+        n
     }
 
     /// One step from `cur` to its caller.
@@ -538,6 +693,21 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Iterator for Walker<A, M, C> {
     type Item = Frame;
 
     fn next(&mut self) -> Option<Frame> {
+        if self.opts.fast_path {
+            let mut one = [Frame::default()];
+            if self.fill_fast(&mut one) == 1 {
+                return Some(one[0]);
+            }
+        }
+        self.next_general()
+    }
+}
+
+impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
+    /// Returns the pending frame after finding its caller with the general
+    /// step.
+    fn next_general(&mut self) -> Option<Frame> {
+        self.next_hot = None;
         let cur = self.pending.take()?;
         self.depth += 1;
         if self.depth >= self.opts.max_depth {
@@ -572,371 +742,4 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Iterator for Walker<A, M, C> {
 }
 
 #[cfg(test)]
-mod tests {
-    //! The step logic on captured stacks: hand-built rows and memory, so each
-    //! rule and each stop condition is exercised exactly.
-    use super::*;
-    use crate::arch::aarch64::{self, Aarch64};
-    use crate::arch::x86_64::{self, X86_64};
-    use crate::formats::sframe::CfaRule;
-    use crate::memory::SliceMemory;
-
-    const CODE: u64 = 0x40_0000;
-    const STACK: u64 = 0x7fff_0000;
-
-    /// Code at CODE..CODE+0x1000 filled with `call rel32` (x86_64) or `bl`
-    /// (AArch64) so every 4th/5th byte ends a call; rows per pc range.
-    struct Fake {
-        code: Vec<u8>,
-        rows: Vec<(u64, u64, Row)>,
-        trampoline: Option<u64>,
-    }
-
-    impl Fake {
-        fn x86() -> Self {
-            // e8 00 00 00 00 repeated: every multiple of 5 ends a call.
-            let code = (0..0x1000)
-                .map(|i| if i % 5 == 0 { 0xe8 } else { 0 })
-                .collect();
-            Fake {
-                code,
-                rows: vec![],
-                trampoline: None,
-            }
-        }
-        fn a64() -> Self {
-            let code = (0..0x1000)
-                .flat_map(|_| 0x9400_0000u32.to_le_bytes())
-                .take(0x1000)
-                .collect();
-            Fake {
-                code,
-                rows: vec![],
-                trampoline: None,
-            }
-        }
-        fn row(mut self, start: u64, end: u64, row: Row) -> Self {
-            self.rows.push((start, end, row));
-            self
-        }
-    }
-
-    impl CodeMap for Fake {
-        fn lookup(&self, pc: u64) -> Lookup {
-            if !self.is_code(pc) {
-                return Lookup::Outside;
-            }
-            self.rows
-                .iter()
-                .find(|r| pc >= r.0 && pc < r.1)
-                .map_or(Lookup::NoInfo, |r| Lookup::SFrame(r.2))
-        }
-        fn is_code(&self, addr: u64) -> bool {
-            addr >= CODE && addr < CODE + self.code.len() as u64
-        }
-        fn read_code(&self, addr: u64, buf: &mut [u8]) -> bool {
-            SliceMemory::new(&[(CODE, &self.code)]).read(addr, buf)
-        }
-        fn is_known_trampoline(&self, pc: u64) -> bool {
-            self.trampoline == Some(pc)
-        }
-    }
-
-    fn row(cfa: CfaRule, ra: RegRule, fp: RegRule) -> Row {
-        Row {
-            func_start: CODE,
-            func_size: 0x100,
-            row_start: CODE,
-            cfa,
-            ra,
-            fp,
-            mangled_ra: false,
-            signal_frame: false,
-        }
-    }
-
-    fn stack(words: &[u64]) -> Vec<u8> {
-        words.iter().flat_map(|w| w.to_ne_bytes()).collect()
-    }
-
-    fn walk<A: Arch>(
-        regs: A::Regs,
-        precise: bool,
-        st: &[u8],
-        code: Fake,
-    ) -> (Vec<Frame>, StopReason) {
-        let regions = [(STACK, st)];
-        let mut w: Walker<A, _, _> = Walker::new(
-            regs,
-            precise,
-            SliceMemory::new(&regions),
-            code,
-            WalkOptions::default(),
-        );
-        let frames: Vec<Frame> = w.by_ref().collect();
-        (frames, w.stop_reason())
-    }
-
-    fn x86(rip: u64, rsp: u64, rbp: u64) -> x86_64::Regs {
-        x86_64::Regs {
-            rip,
-            rsp,
-            rbp,
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn x86_64_sframe_rows_recover_ra_at_cfa_minus_8_and_saved_fp() {
-        // f at 0x400010 (CFA = sp+16, RA at CFA-8, FP at CFA-16) called from
-        // g at 0x400105 (CFA = sp+8) called from h, whose row ends the walk.
-        let code = Fake::x86()
-            .row(
-                CODE,
-                CODE + 0x100,
-                row(CfaRule::SpPlus(16), RegRule::AtCfa(-8), RegRule::AtCfa(-16)),
-            )
-            .row(
-                CODE + 0x100,
-                CODE + 0x200,
-                row(CfaRule::SpPlus(8), RegRule::AtCfa(-8), RegRule::SameValue),
-            )
-            .row(
-                CODE + 0x200,
-                CODE + 0x300,
-                row(CfaRule::SpPlus(8), RegRule::Undefined, RegRule::SameValue),
-            );
-        let st = stack(&[0x1111, CODE + 0x105, CODE + 0x20a, 0]);
-        let (frames, stop) = walk::<X86_64>(x86(CODE + 0x10, STACK, 0xdead), true, &st, code);
-        let pcs: Vec<u64> = frames.iter().map(|f| f.pc).collect();
-        assert_eq!(pcs, [CODE + 0x10, CODE + 0x105, CODE + 0x20a]);
-        assert_eq!(frames[1].sp, STACK + 16);
-        assert_eq!(frames[2].sp, STACK + 24);
-        assert_eq!(frames[1].method, Method::SFrame);
-        assert!(frames[0].precise && !frames[1].precise);
-        assert_eq!(stop, StopReason::Outermost);
-    }
-
-    #[test]
-    fn return_addresses_are_looked_up_one_byte_earlier() {
-        // The caller's row starts exactly at the return address; the byte
-        // before belongs to a row that says "outermost". ra - 1 must pick it.
-        let code = Fake::x86()
-            .row(
-                CODE,
-                CODE + 0x100,
-                row(CfaRule::SpPlus(8), RegRule::AtCfa(-8), RegRule::SameValue),
-            )
-            .row(
-                CODE + 0x100,
-                CODE + 0x105,
-                row(CfaRule::SpPlus(8), RegRule::Undefined, RegRule::SameValue),
-            )
-            .row(
-                CODE + 0x105,
-                CODE + 0x200,
-                row(CfaRule::SpPlus(8), RegRule::AtCfa(-8), RegRule::SameValue),
-            );
-        let st = stack(&[CODE + 0x105, CODE + 0x50, 0]);
-        let (frames, stop) = walk::<X86_64>(x86(CODE + 0x10, STACK, 0), true, &st, code);
-        assert_eq!(frames.len(), 2);
-        assert_eq!(stop, StopReason::Outermost);
-    }
-
-    #[test]
-    fn frame_pointers_are_followed_where_no_row_applies() {
-        // Frame records at STACK+16 -> STACK+48 -> 0.
-        let st = stack(&[0, 0, STACK + 48, CODE + 0x55, 0, 0, 0, CODE + 0x64, 0]);
-        let (frames, stop) =
-            walk::<X86_64>(x86(CODE + 0x10, STACK, STACK + 16), true, &st, Fake::x86());
-        let got: Vec<(u64, u64, Method)> = frames.iter().map(|f| (f.pc, f.sp, f.method)).collect();
-        assert_eq!(
-            got[..3],
-            [
-                (CODE + 0x10, STACK, Method::Context),
-                (CODE + 0x55, STACK + 32, Method::FramePointer),
-                (CODE + 0x64, STACK + 64, Method::FramePointer),
-            ]
-        );
-        // The last frame pointer is 0, the ABI's end marker.
-        assert_eq!(stop, StopReason::Outermost);
-    }
-
-    #[test]
-    fn a_frame_pointer_loop_ends_the_walk() {
-        // rbp points at itself: the second step would not raise sp.
-        let st = stack(&[STACK, CODE + 0x55, 0]);
-        let code = Fake::x86();
-        let regions = [(STACK, &st[..])];
-        let opts = WalkOptions {
-            scan_words: 0,
-            ..Default::default()
-        };
-        let mut w: Walker<X86_64, _, _> = Walker::new(
-            x86(CODE + 0x10, STACK, STACK),
-            true,
-            SliceMemory::new(&regions),
-            code,
-            opts,
-        );
-        let n = w.by_ref().count();
-        assert_eq!(n, 2);
-        assert_eq!(w.stop_reason(), StopReason::NoValidCaller);
-    }
-
-    #[test]
-    fn scanning_accepts_only_words_just_after_a_call_and_marks_them_low_trust() {
-        // rbp is garbage; on the stack: a code address not after a call
-        // (CODE+0x13), a non-code word, then a return address (CODE+0x55).
-        let st = stack(&[CODE + 0x13, 0x1234, CODE + 0x55, 0]);
-        let (frames, _) = walk::<X86_64>(x86(CODE + 0x10, STACK, 3), true, &st, Fake::x86());
-        assert_eq!(frames[1].pc, CODE + 0x55);
-        assert_eq!(frames[1].sp, STACK + 24);
-        assert_eq!(frames[1].method, Method::Scan);
-        assert!(frames[1].method.is_low_trust());
-    }
-
-    #[test]
-    fn a_zero_return_address_ends_the_walk() {
-        let code = Fake::x86().row(
-            CODE,
-            CODE + 0x100,
-            row(CfaRule::SpPlus(8), RegRule::AtCfa(-8), RegRule::SameValue),
-        );
-        let st = stack(&[0, 0]);
-        let (frames, stop) = walk::<X86_64>(x86(CODE + 0x10, STACK, 0), true, &st, code);
-        assert_eq!(frames.len(), 1);
-        assert_eq!(stop, StopReason::ReturnAddressZero);
-    }
-
-    #[test]
-    fn the_depth_limit_is_respected() {
-        // A row that steps 8 bytes up the stack forever, through return
-        // addresses that all land in the same function.
-        let code = Fake::x86().row(
-            CODE,
-            CODE + 0x100,
-            row(CfaRule::SpPlus(8), RegRule::AtCfa(-8), RegRule::SameValue),
-        );
-        let st = stack(&[CODE + 0x55; 64]);
-        let regions = [(STACK, &st[..])];
-        let opts = WalkOptions {
-            max_depth: 10,
-            ..Default::default()
-        };
-        let mut w: Walker<X86_64, _, _> = Walker::new(
-            x86(CODE + 0x10, STACK, 0),
-            true,
-            SliceMemory::new(&regions),
-            code,
-            opts,
-        );
-        assert_eq!(w.by_ref().count(), 10);
-        assert_eq!(w.stop_reason(), StopReason::DepthLimit);
-    }
-
-    #[test]
-    fn x86_64_signal_frame_restores_the_interrupted_registers_from_the_ucontext() {
-        use x86_64::ucontext_offsets as o;
-        let tramp = CODE + 0x300;
-        let mut words = vec![0u64; 64];
-        words[0] = tramp; // the handler's return address
-        let uc = 8u64; // ucontext at the sp after the handler returns
-        words[((uc + o::RIP) / 8) as usize] = CODE + 0x42;
-        words[((uc + o::RSP) / 8) as usize] = STACK + 0x100;
-        words[((uc + o::RBP) / 8) as usize] = 0x77;
-        let st = stack(&words);
-        let mut code = Fake::x86().row(
-            CODE,
-            CODE + 0x100,
-            row(CfaRule::SpPlus(8), RegRule::AtCfa(-8), RegRule::SameValue),
-        );
-        code.trampoline = Some(tramp);
-        let (frames, _) = walk::<X86_64>(x86(CODE + 0x10, STACK, 0), true, &st, code);
-        assert_eq!(frames[1].pc, tramp);
-        assert_eq!(frames[2].pc, CODE + 0x42);
-        assert_eq!(frames[2].sp, STACK + 0x100);
-        assert_eq!(frames[2].method, Method::SignalFrame);
-        assert!(frames[2].precise);
-    }
-
-    fn a64(pc: u64, sp: u64, fp: u64, lr: u64) -> aarch64::Regs {
-        aarch64::Regs {
-            pc,
-            sp,
-            fp,
-            lr,
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn aarch64_ra_in_lr_is_used_in_the_first_frame_only() {
-        // Leaf row (CFA = sp + 0, RA in x30) for the first function; the
-        // caller at CODE+0x104 has the same row, which is illegal there.
-        let leaf = row(CfaRule::SpPlus(0), RegRule::SameValue, RegRule::SameValue);
-        let code = Fake::a64().row(CODE, CODE + 0x200, leaf);
-        let st = stack(&[0; 8]);
-        let opts = WalkOptions {
-            scan_words: 0,
-            use_frame_pointers: false,
-            ..Default::default()
-        };
-        let regions = [(STACK, &st[..])];
-        let mut w: Walker<Aarch64, _, _> = Walker::new(
-            a64(CODE + 0x10, STACK, 0, CODE + 0x104),
-            true,
-            SliceMemory::new(&regions),
-            code,
-            opts,
-        );
-        let frames: Vec<Frame> = w.by_ref().collect();
-        // A leaf before its prologue (CFA = sp): the step keeps sp but takes
-        // the return address from x30, once; the same rule in frame 1 is
-        // refused, so the walk ends there.
-        assert_eq!(
-            frames.iter().map(|f| (f.pc, f.sp)).collect::<Vec<_>>(),
-            [(CODE + 0x10, STACK), (CODE + 0x104, STACK)]
-        );
-        assert_eq!(w.stop_reason(), StopReason::NoValidCaller);
-        // With a frame, likewise.
-        let leaf = row(CfaRule::SpPlus(16), RegRule::SameValue, RegRule::SameValue);
-        let code = Fake::a64().row(CODE, CODE + 0x200, leaf);
-        let mut w: Walker<Aarch64, _, _> = Walker::new(
-            a64(CODE + 0x10, STACK, 0, CODE + 0x104),
-            true,
-            SliceMemory::new(&regions),
-            code,
-            opts,
-        );
-        let frames: Vec<Frame> = w.by_ref().collect();
-        assert_eq!(
-            frames.iter().map(|f| f.pc).collect::<Vec<_>>(),
-            [CODE + 0x10, CODE + 0x104]
-        );
-        assert_eq!(
-            w.stop_reason(),
-            StopReason::NoValidCaller,
-            "RA-in-LR refused in frame 1"
-        );
-    }
-
-    #[test]
-    fn aarch64_mangled_return_addresses_are_stripped() {
-        let mut r = row(CfaRule::SpPlus(16), RegRule::AtCfa(-8), RegRule::AtCfa(-16));
-        r.mangled_ra = true;
-        let code = Fake::a64().row(CODE, CODE + 0x100, r);
-        let signed = (CODE + 0x104) | 0x002a_0000_0000_0000;
-        let st = stack(&[0x99, signed, 0, 0]);
-        let (frames, _) = walk::<Aarch64>(a64(CODE + 0x10, STACK, 0, 0), true, &st, code);
-        assert_eq!(frames[1].pc, CODE + 0x104);
-        assert_eq!(frames[1].sp, STACK + 16);
-    }
-
-    #[test]
-    fn aarch64_signal_frame_offsets_match_the_kernel_layout() {
-        use aarch64::sigframe_offsets as o;
-        assert_eq!(o::REGS - 8, 304, "sigcontext at sp + 304");
-        assert_eq!(o::PC, 568, "pc at sp + 568");
-    }
-}
+mod tests;
