@@ -9,7 +9,8 @@
 //! * `framehop`: framehop 0.16 with this binary's `.eh_frame` registered.
 //!
 //! Plus: the module table (`init`), a full markup report of 64 frames with
-//! every module, and a cold walk (rule cache emptied before each walk).
+//! every module, and a cold walk (both per-pc caches emptied before each
+//! walk).
 //! libunwind is measured by `benches/libunwind.rs`, a binary of its own,
 //! because linking it replaces glibc's `backtrace`.
 //!
@@ -148,7 +149,10 @@ mod bench {
                 });
                 group.bench_function("stackmark/sframe-cold", |b| {
                     b.iter_batched(
-                        stackmark::rule_cache::clear,
+                        || {
+                            stackmark::rule_cache::clear();
+                            stackmark::step_cache::clear();
+                        },
                         |_| {
                             stackmark::walk_from(regs, precise, WalkOptions::default(), &mut frames)
                         },

@@ -21,6 +21,13 @@ pub trait MemoryReader {
         let _ = sp;
     }
 
+    /// Whether `addr` lies in a stack this reader already knows to be
+    /// readable (so it is data, never code). The default knows none.
+    fn is_stack(&self, addr: u64) -> bool {
+        let _ = addr;
+        false
+    }
+
     /// Reads a native-endian `u64` at `addr` (any alignment).
     fn read_u64(&self, addr: u64) -> Option<u64> {
         let mut b = [0u8; 8];
@@ -40,6 +47,12 @@ impl<M: MemoryReader + ?Sized> MemoryReader for &M {
     }
     fn enter_stack(&self, sp: u64) {
         (**self).enter_stack(sp)
+    }
+    fn is_stack(&self, addr: u64) -> bool {
+        (**self).is_stack(addr)
+    }
+    fn read_u64(&self, addr: u64) -> Option<u64> {
+        (**self).read_u64(addr)
     }
 }
 

@@ -1,92 +1,33 @@
 //! A per-pc cache of module-table lookups, for profilers that walk the same
-//! code thousands of times a second.
-//!
-//! Direct-mapped, in static memory, shared by every thread and safe in
-//! signal handlers: no lock, no allocation. Each entry holds its key, the
-//! lookup packed into five words, and a check word that mixes all of them
-//! with the table's generation. A writer clears the check word, writes the
-//! fields, then sets it; a reader accepts an entry only if the check word
-//! is the same before and after reading and matches the fields, so a torn
-//! entry (two writers, or a reader racing a writer) reads as a miss, and a
-//! refresh of the table (a new generation) invalidates every entry at once.
-
-use core::sync::atomic::{fence, AtomicU64, Ordering::*};
+//! code thousands of times a second: a [`crate::seq_cache`] holding each
+//! lookup packed into five words. The general step reads it; the hot path
+//! reads [`crate::step_cache`].
 
 use crate::formats::sframe::{CfaRule, RegRule, Row};
+use crate::seq_cache::SeqCache;
 use crate::walk::Lookup;
 
 /// Number of entries (a power of two): 4096 × 56 bytes = 224 KiB.
 pub const ENTRIES: usize = 4096;
 
-struct Entry {
-    check: AtomicU64,
-    key: AtomicU64,
-    words: [AtomicU64; 5],
-}
-
-#[allow(clippy::declare_interior_mutable_const)]
-const EMPTY: Entry = Entry {
-    check: AtomicU64::new(0),
-    key: AtomicU64::new(0),
-    words: [const { AtomicU64::new(0) }; 5],
-};
-
-static CACHE: [Entry; ENTRIES] = [EMPTY; ENTRIES];
-
-fn slot(pc: u64) -> &'static Entry {
-    let h = (pc ^ (pc >> 17)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    &CACHE[(h >> (64 - ENTRIES.trailing_zeros())) as usize]
-}
-
-/// Mixes every field so a torn entry almost surely mismatches: each word
-/// enters at a different rotation, then one multiply spreads the bits.
-fn mix(key: u64, generation: u64, w: &[u64; 5]) -> u64 {
-    let h = key
-        ^ generation.rotate_left(32)
-        ^ w[0]
-        ^ w[1].rotate_left(13)
-        ^ w[2].rotate_left(26)
-        ^ w[3].rotate_left(39)
-        ^ w[4].rotate_left(52);
-    (h.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (h >> 29)) | 1
-}
+static CACHE: SeqCache<ENTRIES, 5> = SeqCache::new();
 
 /// Empties the cache (for measuring cold walks). Safe at any time: a walk
 /// racing it only misses.
 pub fn clear() {
-    for e in &CACHE {
-        e.check.store(0, Release);
-    }
+    CACHE.clear();
 }
 
 /// The cached lookup for `pc` in table generation `generation`, if any.
 pub fn get(pc: u64, generation: u64) -> Option<Lookup> {
-    let e = slot(pc);
-    let c1 = e.check.load(Acquire);
-    if c1 == 0 || e.key.load(Relaxed) != pc {
-        return None;
-    }
-    let w = [0, 1, 2, 3, 4].map(|i| e.words[i].load(Relaxed));
-    fence(Acquire);
-    let c2 = e.check.load(Relaxed);
-    (c1 == c2 && c1 == mix(pc, generation, &w))
-        .then(|| unpack(&w))
-        .flatten()
+    CACHE.get(pc, generation).and_then(|w| unpack(&w))
 }
 
 /// Remembers the lookup for `pc` in table generation `generation`.
 pub fn put(pc: u64, generation: u64, lookup: &Lookup) {
-    let Some(w) = pack(lookup) else {
-        return;
-    };
-    let e = slot(pc);
-    e.check.store(0, Relaxed);
-    fence(Release);
-    e.key.store(pc, Relaxed);
-    for (slot, x) in e.words.iter().zip(w) {
-        slot.store(x, Relaxed);
+    if let Some(w) = pack(lookup) {
+        CACHE.put(pc, generation, w);
     }
-    e.check.store(mix(pc, generation, &w), Release);
 }
 
 fn pack_reg(rule: RegRule) -> u64 {
@@ -220,14 +161,6 @@ mod tests {
             assert_eq!(get(pc, 8), None, "another generation misses");
             assert_eq!(get(pc + 1, 7), None);
         }
-    }
-
-    #[test]
-    fn a_torn_entry_reads_as_a_miss() {
-        let pc = 0xdead_0000;
-        put(pc, 1, &Lookup::NoInfo);
-        slot(pc).words[1].store(99, Relaxed);
-        assert_eq!(get(pc, 1), None);
     }
 
     #[test]

@@ -117,13 +117,24 @@ impl MemoryReader for LiveMemory {
     #[inline(always)]
     fn read_u64(&self, addr: u64) -> Option<u64> {
         let end = addr.checked_add(8)?;
+        // Region 0 is empty (all zero) until one is pushed, so no range
+        // passes this check before then.
         let first = self.regions[0].get();
-        let known = self.count.get() > 0 && addr >= first.lo && end <= first.hi;
+        let known = addr >= first.lo && end <= first.hi;
         if !known && !self.readable_cold(addr, end) {
             return None;
         }
         // SAFETY: as in `read`: the range lies in this thread's stack.
         Some(unsafe { core::ptr::read_unaligned(addr as *const u64) })
+    }
+
+    /// The known-readable part of each stack: never code.
+    #[inline]
+    fn is_stack(&self, addr: u64) -> bool {
+        self.regions[..self.count.get()].iter().any(|r| {
+            let r = r.get();
+            addr >= r.lo && addr < r.hi
+        })
     }
 
     /// Admits the stack holding `sp`, from `sp`'s page upwards.

@@ -233,6 +233,17 @@ impl Hot {
         [self.w0, self.cfa_off as u64]
     }
 
+    /// The inverse of [`Hot::pack`] without checks: words it never wrote
+    /// read as an answer of no known kind, which the walk treats as
+    /// [`HotKind::Slow`].
+    #[inline(always)]
+    pub fn from_words(w: [u64; 2]) -> Hot {
+        Hot {
+            w0: w[0],
+            cfa_off: w[1] as i32 as i64,
+        }
+    }
+
     /// The inverse of [`Hot::pack`]; `None` for words it never writes.
     #[inline(always)]
     pub fn unpack(w: [u64; 2]) -> Option<Hot> {

@@ -467,31 +467,40 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
     /// to the general path too.
     #[inline(always)]
     fn fill_fast(&mut self, out: &mut [Frame]) -> usize {
-        let Some(mut cur) = self.pending else {
+        let Some(first) = self.pending else {
             return 0;
         };
         let (use_tables, use_fp) = (self.opts.use_tables, self.opts.use_frame_pointers);
-        let last_step = self.opts.max_depth.saturating_sub(1);
-        let mut regs = self.regs;
+        let limit = out.len().min(
+            self.opts
+                .max_depth
+                .saturating_sub(1)
+                .saturating_sub(self.depth),
+        );
+        // The current frame, in registers: a fast step changes only the
+        // pc, sp and fp, so the rest of the register set is set once, at
+        // the end.
+        let (mut pc, mut sp, mut fp) = (first.pc, first.sp, A::fp(&self.regs));
+        let (mut precise, mut method) = (first.precise, first.method);
         let mut sp_exact = self.sp_exact;
         let mut hot = self.next_hot.take();
         let context = self.code.hot_context();
         let mut n = 0;
-        let mut last_method = None;
-        while n < out.len() && self.depth + n < last_step {
+        while n < limit {
             let here = match hot {
                 Some(h) => h,
-                None => self.code.hot_at(cur.lookup_pc(), context),
+                None => self
+                    .code
+                    .hot_at(if precise { pc } else { pc.wrapping_sub(1) }, context),
             };
-            let (rule, method) = if use_tables && here.is_rule() {
+            let (rule, next_method) = if use_tables && here.is_rule() {
                 (here, Method::SFrame)
             } else if use_fp && here.is_code_without_trampoline() {
                 (Hot::FRAME_POINTER_LINK, Method::FramePointer)
             } else {
                 break;
             };
-            let (sp, fp) = (A::sp(&regs), A::fp(&regs));
-            if method == Method::FramePointer {
+            if next_method == Method::FramePointer {
                 if fp % 8 != 0 || fp < sp {
                     break;
                 }
@@ -509,35 +518,39 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
                 },
                 None => fp,
             };
-            let pc = if rule.mangled_ra() {
+            let caller_pc = if rule.mangled_ra() {
                 A::strip_pac(ra)
             } else {
                 ra
             };
-            if pc == 0 || cfa <= cur.sp {
+            if caller_pc == 0 || cfa <= sp {
                 break;
             }
-            let next = self.code.hot_at(pc - 1, context);
+            let next = self.code.hot_at(caller_pc - 1, context);
             if next.is_outside() {
                 break;
             }
-            out[n] = cur;
-            n += 1;
-            regs = A::caller(&regs, pc, cfa, caller_fp);
-            cur = Frame {
+            out[n] = Frame {
                 pc,
-                sp: cfa,
-                precise: false,
+                sp,
+                precise,
                 method,
             };
-            sp_exact = method == Method::SFrame || A::FP_STEP_GIVES_CFA;
+            n += 1;
+            (pc, sp, fp) = (caller_pc, cfa, caller_fp);
+            (precise, method) = (false, next_method);
+            sp_exact = next_method == Method::SFrame || A::FP_STEP_GIVES_CFA;
             hot = Some(next);
-            last_method = Some(method);
         }
-        if let Some(method) = last_method {
+        if n > 0 {
             self.depth += n;
-            self.regs = regs;
-            self.pending = Some(cur);
+            self.regs = A::caller(&self.regs, pc, sp, fp);
+            self.pending = Some(Frame {
+                pc,
+                sp,
+                precise,
+                method,
+            });
             self.sp_exact = sp_exact;
             self.ra_in_register_ok = false;
             self.reached_by_fp = method == Method::FramePointer;
@@ -655,7 +668,10 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             let slot = start.checked_add(i * 8)?;
             let word = self.mem.read_u64(slot)?;
             let ra = A::strip_pac(word);
-            if ra < 8 || !self.code.is_code(ra - 1) {
+            // Most stack words are small numbers or point into the stack:
+            // neither is code, and both are cheaper to rule out than a
+            // search of the module table.
+            if ra < 8 || self.mem.is_stack(ra) || !self.code.is_code(ra - 1) {
                 continue;
             }
             if !self.after_call(ra) {

@@ -1,0 +1,184 @@
+//! A direct-mapped cache of `W` words per key, in static memory, shared by
+//! every thread and safe in signal handlers: no lock, no allocation, no
+//! waiting. The per-pc caches ([`crate::rule_cache`],
+//! [`crate::step_cache`]) are instances of it.
+//!
+//! Each entry is a sequence lock: a writer claims it by making its sequence
+//! word odd (and gives up if another writer holds it), writes the key and
+//! the words, then publishes an even sequence word that also carries the
+//! module table's generation. A reader takes the entry only if the sequence
+//! word is even, of its generation, and unchanged after reading, so a torn
+//! entry reads as a miss and a refresh of the module table (a new
+//! generation) invalidates every entry at once.
+
+use core::sync::atomic::{fence, AtomicU64, Ordering::*};
+
+/// One entry: generation (high 32 bits of `seq`) and write count (low 32;
+/// odd while written), the key, and the cached words.
+pub(crate) struct Entry<const W: usize> {
+    seq: AtomicU64,
+    key: AtomicU64,
+    words: [AtomicU64; W],
+}
+
+impl<const W: usize> Entry<W> {
+    #[allow(clippy::declare_interior_mutable_const)]
+    const EMPTY: Entry<W> = Entry {
+        seq: AtomicU64::new(0),
+        key: AtomicU64::new(0),
+        words: [const { AtomicU64::new(0) }; W],
+    };
+}
+
+/// `N` entries (a power of two) of `W` words each, aligned so that
+/// 32-byte entries never straddle a cache line.
+#[repr(align(64))]
+pub(crate) struct SeqCache<const N: usize, const W: usize> {
+    entries: [Entry<W>; N],
+}
+
+const LOW: u64 = 0xffff_ffff;
+
+impl<const N: usize, const W: usize> SeqCache<N, W> {
+    /// An empty cache.
+    pub(crate) const fn new() -> Self {
+        SeqCache {
+            entries: [Entry::EMPTY; N],
+        }
+    }
+
+    #[inline(always)]
+    fn slot(&self, key: u64) -> &Entry<W> {
+        let h = key.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        &self.entries[(h >> (64 - N.trailing_zeros())) as usize]
+    }
+
+    /// The words cached for `key` in table generation `generation`, if
+    /// any. Generation 0 never hits (the empty entries carry it).
+    #[inline(always)]
+    pub(crate) fn get(&self, key: u64, generation: u64) -> Option<[u64; W]> {
+        let e = self.slot(key);
+        let s1 = e.seq.load(Acquire);
+        if s1 & 1 != 0 || s1 >> 32 != generation & LOW || e.key.load(Relaxed) != key {
+            return None;
+        }
+        let w = core::array::from_fn(|i| e.words[i].load(Relaxed));
+        fence(Acquire);
+        (e.seq.load(Relaxed) == s1).then_some(w)
+    }
+
+    /// Remembers `words` for `key` in table generation `generation`. Gives
+    /// up rather than wait when another writer holds the entry.
+    pub(crate) fn put(&self, key: u64, generation: u64, words: [u64; W]) {
+        let e = self.slot(key);
+        let s = e.seq.load(Relaxed);
+        if s & 1 != 0 {
+            return;
+        }
+        let count = s & LOW;
+        let claimed = (s & !LOW) | (count.wrapping_add(1) & LOW);
+        if e.seq
+            .compare_exchange(s, claimed, Acquire, Relaxed)
+            .is_err()
+        {
+            return;
+        }
+        fence(Release);
+        e.key.store(key, Relaxed);
+        for (slot, w) in e.words.iter().zip(words) {
+            slot.store(w, Relaxed);
+        }
+        let done = (generation & LOW) << 32 | (count.wrapping_add(2) & LOW);
+        e.seq.store(done, Release);
+    }
+
+    /// Empties the cache. Safe at any time: a walk racing it only misses.
+    /// The write count goes on, so a reader that read an entry before the
+    /// clear cannot mistake a later one for it.
+    pub(crate) fn clear(&self) {
+        for e in &self.entries {
+            let s = e.seq.load(Relaxed);
+            if s & 1 == 0 {
+                let _ = e
+                    .seq
+                    .compare_exchange(s, s.wrapping_add(2) & LOW, Relaxed, Relaxed);
+            }
+        }
+    }
+
+    /// Marks `key`'s entry as held by a writer (`true`) or released, for
+    /// tests of the protocol.
+    #[cfg(test)]
+    pub(crate) fn hold(&self, key: u64, held: bool) {
+        let e = self.slot(key);
+        let s = e.seq.load(Relaxed);
+        e.seq.store(if held { s | 1 } else { s & !1 }, Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    static CACHE: SeqCache<64, 2> = SeqCache::new();
+
+    #[test]
+    fn words_round_trip_per_key_and_generation() {
+        for i in 0..8u64 {
+            let key = 0x7f00_0000_5000 + i * 0x1_0000;
+            CACHE.put(key, 7, [i, !i]);
+            assert_eq!(CACHE.get(key, 7), Some([i, !i]));
+            assert_eq!(CACHE.get(key, 8), None, "another generation misses");
+            assert_eq!(
+                CACHE.get(key, 7 + (1 << 32)),
+                Some([i, !i]),
+                "32 bits of generation"
+            );
+            assert_eq!(CACHE.get(key + 1, 7), None);
+        }
+    }
+
+    #[test]
+    fn a_held_entry_reads_as_a_miss_and_a_second_writer_gives_up() {
+        let key = 0xdead_0000;
+        CACHE.put(key, 1, [1, 2]);
+        CACHE.hold(key, true);
+        assert_eq!(CACHE.get(key, 1), None);
+        CACHE.put(key, 1, [3, 4]);
+        CACHE.hold(key, false);
+        assert_eq!(CACHE.get(key, 1), Some([1, 2]));
+    }
+
+    #[test]
+    fn clear_empties_every_entry() {
+        let key = 0xbeef_0000;
+        CACHE.put(key, 5, [9, 9]);
+        CACHE.clear();
+        assert_eq!(CACHE.get(key, 5), None);
+        CACHE.put(key, 5, [9, 9]);
+        assert_eq!(CACHE.get(key, 5), Some([9, 9]));
+    }
+
+    #[test]
+    fn concurrent_writers_never_produce_a_torn_hit() {
+        static SHARED: SeqCache<2, 2> = SeqCache::new();
+        let key = 0xabc0;
+        let (a, b) = ([1, 1], [2, 2]);
+        std::thread::scope(|s| {
+            for w in [a, b] {
+                s.spawn(move || {
+                    for _ in 0..50_000 {
+                        SHARED.put(key, 3, w);
+                    }
+                });
+            }
+            s.spawn(move || {
+                for _ in 0..50_000 {
+                    if let Some(got) = SHARED.get(key, 3) {
+                        assert!(got == a || got == b, "{got:?}");
+                    }
+                }
+            });
+        });
+    }
+}
