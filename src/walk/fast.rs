@@ -255,3 +255,102 @@ impl Hot {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::formats::sframe::Row;
+
+    fn row(cfa: CfaRule, ra: RegRule, fp: RegRule) -> Row {
+        Row {
+            func_start: 0x1000,
+            func_size: 0x100,
+            row_start: 0x1000,
+            cfa,
+            ra,
+            fp,
+            mangled_ra: false,
+            signal_frame: false,
+        }
+    }
+
+    #[test]
+    fn simple_rows_become_rules_with_their_offsets() {
+        let r = row(
+            CfaRule::SpPlus(0x1040),
+            RegRule::AtCfa(-8),
+            RegRule::AtCfa(-16),
+        );
+        let hot = Hot::classify(&Lookup::SFrame(r), false);
+        assert_eq!(hot.kind(), HotKind::Rule);
+        assert_eq!(
+            hot.rule(),
+            FastRule {
+                cfa_fp: false,
+                cfa_off: 0x1040,
+                ra_off: -8,
+                fp_off: Some(-16),
+                mangled_ra: false,
+            }
+        );
+        assert_eq!(
+            (hot.ra_off() as i64, hot.fp_off().map(|o| o as i64)),
+            (-8, Some(-16))
+        );
+        let mut signed = row(CfaRule::FpPlus(16), RegRule::AtCfa(-8), RegRule::SameValue);
+        signed.mangled_ra = true;
+        let hot = Hot::classify(&Lookup::SFrame(signed), false);
+        assert!(hot.cfa_fp() && hot.mangled_ra() && hot.fp_off().is_none());
+        assert_eq!(Hot::from_words(hot.pack()), hot);
+        assert_eq!(Hot::unpack(hot.pack()), Some(hot));
+    }
+
+    #[test]
+    fn everything_else_is_left_to_the_general_step() {
+        let plain = row(CfaRule::SpPlus(16), RegRule::AtCfa(-8), RegRule::SameValue);
+        let mut signal = plain;
+        signal.signal_frame = true;
+        let slow = [
+            Lookup::SFrame(signal),
+            Lookup::SFrame(row(
+                CfaRule::SpPlus(8),
+                RegRule::Undefined,
+                RegRule::SameValue,
+            )),
+            Lookup::SFrame(row(
+                CfaRule::SpPlus(0),
+                RegRule::SameValue,
+                RegRule::SameValue,
+            )),
+            Lookup::SFrame(row(
+                CfaRule::RegPlus { reg: 10, offset: 0 },
+                RegRule::AtCfa(-8),
+                RegRule::SameValue,
+            )),
+            Lookup::SFrame(row(
+                CfaRule::SpPlus(16),
+                RegRule::AtCfa(40_000),
+                RegRule::SameValue,
+            )),
+            Lookup::Compact {
+                encoding: 0x0101_0000,
+                func_start: 0x1000,
+            },
+        ];
+        for l in slow {
+            assert_eq!(Hot::classify(&l, false).kind(), HotKind::Slow, "{l:?}");
+        }
+        // Next to a known trampoline, even a plain row or no row is slow.
+        assert_eq!(Hot::classify(&Lookup::SFrame(plain), true), Hot::SLOW);
+        assert_eq!(Hot::classify(&Lookup::NoInfo, true), Hot::SLOW);
+        assert_eq!(Hot::classify(&Lookup::NoInfo, false), Hot::NO_INFO);
+        assert_eq!(Hot::classify(&Lookup::Outside, true), Hot::OUTSIDE);
+        assert_eq!(Hot::from_words([0, 0]).kind(), HotKind::Slow);
+        assert_eq!(Hot::unpack([0, 0]), None);
+    }
+
+    #[test]
+    fn the_frame_pointer_link_is_the_frame_record() {
+        assert_eq!(Hot::FRAME_POINTER_LINK, Hot::from_rule(FRAME_POINTER));
+    }
+}
