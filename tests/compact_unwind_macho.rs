@@ -74,5 +74,5 @@ fn fixture_headers_read_as_the_object_crate_reads_them() {
         assert_eq!(m.uuid(), Some(uuid), "{}", path.display());
         checked += 1;
     }
-    assert_eq!(checked, 6);
+    assert_eq!(checked, 8, "fixtures in {}", dir.display());
 }
