@@ -363,6 +363,16 @@ fn watch_images() {
     if WATCHING.swap(true, SeqCst) {
         return;
     }
+    // A refresh holds the table while it copies sections: every call it
+    // makes then must already be bound. Where dyld binds symbols lazily, the
+    // first call of each takes dyld's lock, which a thread in one of our
+    // callbacks holds while it waits for the table. So make each call once
+    // now, before there are callbacks.
+    if let Some((_, copy)) = copy_out(&WATCHING as *const AtomicBool as u64, 1) {
+        release_copy(copy); // mmap, mach_vm_read_overwrite, mprotect, munmap
+    }
+    let _ = name_bytes(core::hint::black_box(c"stackmark".as_ptr())); // strlen
+    std::thread::yield_now();
     REGISTERING.store(true, SeqCst);
     // SAFETY: the callbacks are plain functions that live as long as the
     // process, with the signature dyld calls them with:
