@@ -2,13 +2,15 @@
 //! `__TEXT`, stack bounds, reads that cannot fault, and the Darwin
 //! `ucontext_t`.
 //!
-//! Each image becomes a [`Module`]: its path, its slide as the bias, one
-//! [`Segment`] per `LC_SEGMENT_64` (at `slide + vmaddr`, `__PAGEZERO` and
-//! `__LINKEDIT` left out: the shared cache's images share one
-//! `__LINKEDIT`, and the symbolizer rejects overlapping mmaps), its
-//! `LC_UUID` as the build ID (markup writes it as `elf:UUIDHEX`, which
-//! llvm-symbolizer finds under `.build-id`), and a copy of its
-//! `__unwind_info` with the runtime address of its `mach_header`.
+//! Each image becomes a [`Module`], made from its header by
+//! [`super::macho_module`]: its path, its slide as the bias, one
+//! [`Segment`](crate::modules::Segment) per `LC_SEGMENT_64` (at
+//! `slide + vmaddr`, `__PAGEZERO` and `__LINKEDIT` left out: the shared
+//! cache's images share one `__LINKEDIT`, and the symbolizer rejects
+//! overlapping mmaps), its `LC_UUID` as the build ID (markup writes it as
+//! `elf:UUIDHEX`, which llvm-symbolizer finds under `.build-id`); and here a
+//! copy of its `__unwind_info` with the runtime address of its
+//! `mach_header`.
 //!
 //! [`refresh`] rebuilds the table from `_dyld_image_count` and friends and,
 //! the first time, registers `_dyld_register_func_for_add_image` and
@@ -27,9 +29,8 @@ use core::ffi::{c_char, c_int, c_void, CStr};
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 
 use crate::formats::compact_unwind::UnwindInfo;
-use crate::formats::elf::{PF_R, PF_W, PF_X};
-use crate::formats::macho::{self, MachO, VM_PROT_EXECUTE, VM_PROT_READ, VM_PROT_WRITE};
-use crate::modules::{self, Module, RefreshError, Segment, Table, MAX_MODULES};
+use crate::formats::macho::{self, MachO};
+use crate::modules::{self, Module, RefreshError, Table, MAX_MODULES};
 
 // Declared here: the libc crate marks the dyld functions deprecated and
 // lacks the rest.
@@ -130,21 +131,6 @@ const PAGE: usize = 16384;
 /// Longest header plus load commands read from an image.
 const MAX_HEADER: usize = 32 * 1024;
 
-/// The segment flags for a Mach-O protection.
-fn flags(prot: u32) -> u32 {
-    let mut f = 0;
-    if prot & VM_PROT_READ != 0 {
-        f |= PF_R;
-    }
-    if prot & VM_PROT_WRITE != 0 {
-        f |= PF_W;
-    }
-    if prot & VM_PROT_EXECUTE != 0 {
-        f |= PF_X;
-    }
-    f
-}
-
 /// Copies `len` bytes at `addr` into an anonymous mapping the table owns.
 fn copy_out(addr: u64, len: u64) -> Option<(&'static [u8], (usize, usize))> {
     if len == 0 || len > (1 << 30) {
@@ -200,23 +186,7 @@ fn image_module(mh: u64, slide: isize, name: &[u8], old: &Table) -> Option<Modul
     }
     let image = MachO::parse(&head[..size]).ok()?;
     let slide = slide as u64;
-    let mut m = Module::EMPTY;
-    m.set_name(name);
-    m.bias = slide;
-    for s in image.segments() {
-        if s.initprot == 0 || s.name() == b"__LINKEDIT" {
-            continue;
-        }
-        m.push_segment(Segment {
-            start: slide.wrapping_add(s.vmaddr),
-            size: s.vmsize,
-            vaddr: s.vmaddr,
-            flags: flags(s.initprot),
-        });
-    }
-    if let Some(id) = image.uuid() {
-        m.set_build_id(&id);
-    }
+    let mut m = super::macho_module(&image, slide, name);
     let reused = old
         .modules()
         .iter()
