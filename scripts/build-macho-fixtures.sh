@@ -21,6 +21,13 @@ for arch in x86_64 arm64; do
   build "encodings-nofp-$arch" encodings.c "$arch" -fomit-frame-pointer
   # Thousands of functions: several second-level pages.
   build "pages-$arch" pages.c "$arch" -fomit-frame-pointer
+  # Regular pages, then compressed ones: 1200 functions with distinct
+  # frameless encodings, then 2400 alternating between two.
+  python3 regular_pages.py "$arch" "/tmp/regular-pages-$arch.s"
+  clang-16 -target "$arch-apple-macos11" -c "/tmp/regular-pages-$arch.s" -o "/tmp/regular-pages-$arch.o"
+  ld64.lld-16 -arch "$arch" -platform_version macos 11.0 11.0 -dylib -undefined dynamic_lookup \
+    "/tmp/regular-pages-$arch.o" -o "regular-pages-$arch.dylib"
+  rm -f "/tmp/regular-pages-$arch.s" "/tmp/regular-pages-$arch.o"
 done
 rm -f pages.c
 ls -l ./*.dylib

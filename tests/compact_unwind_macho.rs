@@ -1,11 +1,36 @@
 //! The Mach-O header reader against the `object` crate, on every fixture
 //! linked by ld64.lld-16: segments, the sections the macOS module table
-//! looks for, and the UUID.
+//! looks for, and the UUID; then the module the macOS table makes of each
+//! image, and the markup a report writes for it.
 
+use std::fmt::Write;
 use std::path::Path;
 
 use object::{Object, ObjectSection, ObjectSegment, SegmentFlags};
+use stackmark::formats::compact_unwind::UnwindInfo;
+use stackmark::formats::elf::{PF_R, PF_W, PF_X};
 use stackmark::formats::macho::{self, MachO};
+use stackmark::markup::{Markup, Scope, SliceSink};
+use stackmark::modules::Segment;
+use stackmark::{Frame, Method};
+
+/// Every `.dylib` in `tests/data/macho`, with its bytes.
+fn fixtures() -> Vec<(String, Vec<u8>)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/macho");
+    let mut out: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().and_then(|e| e.to_str()) == Some("dylib"))
+        .map(|p| {
+            let name = p.file_name().unwrap().to_str().unwrap().to_string();
+            (name, std::fs::read(&p).unwrap())
+        })
+        .collect();
+    out.sort();
+    assert_eq!(out.len(), 8, "fixtures in {}", dir.display());
+    out
+}
 
 #[test]
 fn fixture_headers_read_as_the_object_crate_reads_them() {
@@ -74,5 +99,103 @@ fn fixture_headers_read_as_the_object_crate_reads_them() {
         assert_eq!(m.uuid(), Some(uuid), "{}", path.display());
         checked += 1;
     }
-    assert_eq!(checked, 6);
+    assert_eq!(checked, 8, "fixtures in {}", dir.display());
+}
+
+/// The macOS module table makes each image a module from its header
+/// (`os::macho_module`): the slide as the bias, every segment but
+/// `__PAGEZERO` and `__LINKEDIT` where the slide puts it, with its initial
+/// protection, and the `LC_UUID` as the build ID. A report then names the
+/// image by its UUID, gives one mmap per segment, and writes `bt` elements
+/// for the frames inside it. The expected lines come from the `object`
+/// crate's reading of the file.
+#[test]
+fn each_image_becomes_a_module_named_by_its_uuid_with_an_mmap_per_segment() {
+    const SLIDE: u64 = 0x1_0a34_c000;
+    for (name, data) in fixtures() {
+        let file = object::File::parse(&*data).unwrap();
+        let image = MachO::parse(&data[..macho::header_size(&data).unwrap()]).unwrap();
+        let path = format!("/Applications/Demo.app/Contents/Frameworks/{name}");
+        let module = stackmark::os::macho_module(&image, SLIDE, path.as_bytes());
+
+        assert_eq!(module.name(), path.as_bytes());
+        assert_eq!(module.bias, SLIDE);
+        let uuid = file.mach_uuid().unwrap().unwrap();
+        assert_eq!(module.build_id(), uuid, "{name}");
+        let mut want = Vec::new();
+        let mut mmaps = String::new();
+        for s in file.segments() {
+            let SegmentFlags::MachO { initprot, .. } = s.flags() else {
+                panic!()
+            };
+            if initprot == 0 || s.name().unwrap() == Some("__LINKEDIT") {
+                continue;
+            }
+            let bit = |b: u32, f: u32| if initprot & b != 0 { f } else { 0 };
+            want.push(Segment {
+                start: SLIDE + s.address(),
+                size: s.size(),
+                vaddr: s.address(),
+                flags: bit(1, PF_R) | bit(2, PF_W) | bit(4, PF_X),
+            });
+            let letters: String = [(1, 'r'), (2, 'w'), (4, 'x')]
+                .iter()
+                .filter(|(b, _)| initprot & b != 0)
+                .map(|(_, c)| *c)
+                .collect();
+            writeln!(
+                mmaps,
+                "{{{{{{mmap:{:#018x}:{:#x}:load:0:{letters}:{:#018x}}}}}}}",
+                SLIDE + s.address(),
+                s.size(),
+                s.address()
+            )
+            .unwrap();
+        }
+        assert_eq!(module.segments(), want, "{name}");
+        assert!(module.segments()[0].executable(), "{name}: __TEXT first");
+
+        // The dylibs link __TEXT, and so the mach_header, at 0: function
+        // offsets are addresses. Frame 0 at a function's first instruction,
+        // frame 1 a return address at the end of the next one, frame 2 below
+        // the image.
+        let section = file.section_by_name("__unwind_info").unwrap();
+        let info = UnwindInfo::parse(section.data().unwrap()).unwrap();
+        let e = info.entries().nth(1).unwrap();
+        let frames = [
+            Frame {
+                pc: SLIDE + u64::from(e.func_start),
+                sp: 0,
+                precise: true,
+                method: Method::Context,
+            },
+            Frame {
+                pc: SLIDE + u64::from(e.func_end),
+                sp: 0,
+                precise: false,
+                method: Method::CompactUnwind,
+            },
+            Frame {
+                pc: SLIDE - 0x1000,
+                sp: 0,
+                precise: false,
+                method: Method::Scan,
+            },
+        ];
+        let mut buf = vec![0u8; 4096];
+        let mut sink = SliceSink::new(&mut buf);
+        Markup::new(&mut sink).backtrace(&[module], &frames, Scope::TraceModules);
+        let got = std::str::from_utf8(sink.as_bytes()).unwrap();
+        let hex: String = uuid.iter().map(|b| format!("{b:02x}")).collect();
+        let expected = format!(
+            "{{{{{{reset}}}}}}\n\
+             {{{{{{module:0:{path}:elf:{hex}}}}}}}\n\
+             {mmaps}\
+             {{{{{{bt:0:{:#018x}:pc}}}}}} context\n\
+             {{{{{{bt:1:{:#018x}:ra}}}}}} compact\n\
+             #2 {:#018x} ?? scan\n",
+            frames[0].pc, frames[1].pc, frames[2].pc
+        );
+        assert_eq!(got, expected, "{name}");
+    }
 }

@@ -1,13 +1,14 @@
 //! The `__unwind_info` reader against `llvm-objdump-16 --unwind-info`, on
 //! Mach-O fixtures built by clang-16 and ld64.lld-16
-//! (`scripts/build-macho-fixtures.sh`): every entry, encoding and LSDA must
+//! (`scripts/build-macho-fixtures.sh`): every second-level page (its kind,
+//! first function, entry count and palette), entry, encoding and LSDA must
 //! agree, and every lookup inside a function must return that function.
 
 use std::path::Path;
 use std::process::Command;
 
 use object::{Object, ObjectSection};
-use stackmark::formats::compact_unwind::{UnwindInfo, UNWIND_HAS_LSDA};
+use stackmark::formats::compact_unwind::{PageInfo, PageKind, UnwindInfo, UNWIND_HAS_LSDA};
 
 fn hex(s: &str) -> u32 {
     u32::from_str_radix(s.trim().trim_start_matches("0x"), 16).unwrap()
@@ -16,9 +17,18 @@ fn hex(s: &str) -> u32 {
 /// Pairs of numbers: `(function offset, encoding)` or `(function offset, LSDA offset)`.
 type Pairs = Vec<(u32, u32)>;
 
-/// `(function offset, encoding)` of every second-level entry, and the LSDA
-/// descriptors `(function offset, LSDA offset)`, as llvm-objdump prints them.
-fn objdump(path: &Path) -> (Pairs, Pairs) {
+/// What llvm-objdump prints of a section.
+struct Listing {
+    /// `(function offset, encoding)` of every second-level entry.
+    entries: Pairs,
+    /// The LSDA descriptors `(function offset, LSDA offset)`.
+    lsdas: Pairs,
+    /// The second-level pages. objdump does not name their kind: a regular
+    /// page lists `encoding=0x...`, a compressed one `encoding[i]=0x...`.
+    pages: Vec<PageInfo>,
+}
+
+fn objdump(path: &Path) -> Listing {
     let out = Command::new("llvm-objdump-16")
         .arg("--unwind-info")
         .arg(path)
@@ -26,7 +36,7 @@ fn objdump(path: &Path) -> (Pairs, Pairs) {
         .expect("llvm-objdump-16 (scripts/test.sh installs llvm-16)");
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
-    let (mut entries, mut lsdas) = (Vec::new(), Vec::new());
+    let (mut entries, mut lsdas, mut pages) = (Vec::new(), Vec::new(), Vec::<PageInfo>::new());
     // Which part of the listing the line is in: 0 elsewhere, 1 the LSDA
     // descriptors, 2 the second-level entries.
     let mut part = 0;
@@ -42,6 +52,23 @@ fn objdump(path: &Path) -> (Pairs, Pairs) {
         if part == 0 {
             continue;
         }
+        if let Some((_, base)) = line
+            .strip_prefix("Second level index[")
+            .and_then(|l| l.split_once("base function offset="))
+        {
+            pages.push(PageInfo {
+                kind: PageKind::Regular,
+                first_function: hex(base),
+                entries: 0,
+                page_encodings: 0,
+            });
+            continue;
+        }
+        if let Some(count) = line.strip_prefix("Page encodings: (count = ") {
+            let page = pages.last_mut().unwrap();
+            page.page_encodings = count.trim_end_matches(')').parse().unwrap();
+            continue;
+        }
         let in_lsda = part == 1;
         let Some(rest) = line.strip_prefix('[') else {
             continue;
@@ -52,12 +79,30 @@ fn objdump(path: &Path) -> (Pairs, Pairs) {
         let (func, tail) = fields.split_once(", ").unwrap();
         if in_lsda {
             lsdas.push((hex(func), hex(tail.trim_start_matches("LSDA offset="))));
-        } else if let Some((_, enc)) = tail.split_once('=') {
+        } else if let Some((what, enc)) = tail.split_once('=') {
             // "encoding[i]=0x..." (compressed) or "encoding=0x..." (regular)
             entries.push((hex(func), hex(enc)));
+            let page = pages.last_mut().unwrap();
+            page.entries += 1;
+            if what.starts_with("encoding[") {
+                page.kind = PageKind::Compressed;
+            }
         }
     }
-    (entries, lsdas)
+    Listing {
+        entries,
+        lsdas,
+        pages,
+    }
+}
+
+/// The `__unwind_info` section of a fixture.
+fn section(name: &str) -> Vec<u8> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/macho");
+    let data = std::fs::read(dir.join(name)).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    let s = file.section_by_name("__unwind_info").unwrap();
+    s.data().unwrap().to_vec()
 }
 
 #[test]
@@ -76,7 +121,17 @@ fn every_fixture_reads_exactly_as_llvm_objdump_prints_it() {
             .expect("__unwind_info");
         let info = UnwindInfo::parse(section.data().unwrap())
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let (want, lsdas) = objdump(&path);
+        let Listing {
+            entries: want,
+            lsdas,
+            pages,
+        } = objdump(&path);
+        assert_eq!(
+            info.pages().collect::<Vec<_>>(),
+            pages,
+            "{}",
+            path.display()
+        );
         let got: Vec<_> = info.entries().collect();
         let pairs: Vec<(u32, u32)> = got.iter().map(|e| (e.func_start, e.encoding)).collect();
         assert_eq!(pairs, want, "{}", path.display());
@@ -99,17 +154,14 @@ fn every_fixture_reads_exactly_as_llvm_objdump_prints_it() {
         assert!(info.lookup(got.last().unwrap().func_end).is_none());
         checked += 1;
     }
-    assert_eq!(checked, 6, "fixtures in {}", dir.display());
+    assert_eq!(checked, 8, "fixtures in {}", dir.display());
 }
 
 #[test]
 fn fixtures_cover_every_encoding_kind_and_several_pages() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/macho");
     let modes = |name: &str| -> Vec<u32> {
-        let data = std::fs::read(dir.join(name)).unwrap();
-        let file = object::File::parse(&*data).unwrap();
-        let s = file.section_by_name("__unwind_info").unwrap();
-        let info = UnwindInfo::parse(s.data().unwrap()).unwrap();
+        let data = section(name);
+        let info = UnwindInfo::parse(&data).unwrap();
         let mut m: Vec<u32> = info.entries().map(|e| (e.encoding >> 24) & 0xf).collect();
         m.sort();
         m.dedup();
@@ -127,17 +179,75 @@ fn fixtures_cover_every_encoding_kind_and_several_pages() {
     a64.sort();
     a64.dedup();
     assert_eq!(a64, [0, 2, 3, 4]);
-    for name in ["pages-x86_64.dylib", "pages-arm64.dylib"] {
-        let out = Command::new("llvm-objdump-16")
-            .arg("--unwind-info")
-            .arg(dir.join(name))
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        let pages = text.matches("Second level index[").count();
-        assert!(pages >= 2, "{name}: {pages} pages");
-        // Regular pages list "encoding=", compressed ones "encoding[i]=".
-        assert!(text.contains(", encoding=0x"), "{name}: a regular page");
-        assert!(text.contains(", encoding["), "{name}: a compressed page");
+    // Several pages of both kinds, as the reader reads them.
+    for name in [
+        "pages-x86_64.dylib",
+        "pages-arm64.dylib",
+        "regular-pages-x86_64.dylib",
+        "regular-pages-arm64.dylib",
+    ] {
+        let data = section(name);
+        let info = UnwindInfo::parse(&data).unwrap();
+        let kinds: Vec<PageKind> = info.pages().map(|p| p.kind).collect();
+        assert!(kinds.len() >= 2, "{name}: {kinds:?}");
+        assert!(kinds.contains(&PageKind::Regular), "{name}: {kinds:?}");
+        assert!(kinds.contains(&PageKind::Compressed), "{name}: {kinds:?}");
+    }
+}
+
+/// ld64.lld writes a page that is not the last in the regular format when
+/// the compressed one would hold fewer than 511 entries, which happens when
+/// the page's encodings outgrow the palettes. The regular-pages fixtures
+/// force that with distinct frameless encodings, then go on with functions
+/// that alternate between two encodings, which lld packs into full
+/// compressed pages.
+#[test]
+fn distinct_encodings_make_regular_pages_followed_by_compressed_ones() {
+    for name in ["regular-pages-x86_64.dylib", "regular-pages-arm64.dylib"] {
+        let data = section(name);
+        let info = UnwindInfo::parse(&data).unwrap();
+        let pages: Vec<PageInfo> = info.pages().collect();
+        let regular = pages
+            .iter()
+            .take_while(|p| p.kind == PageKind::Regular)
+            .count();
+        assert!(regular >= 2, "{name}: {pages:?}");
+        let rest = &pages[regular..];
+        assert!(rest.len() >= 2, "{name}: {pages:?}");
+        assert!(
+            rest.iter().all(|p| p.kind == PageKind::Compressed),
+            "{name}: {pages:?}"
+        );
+        for p in &pages[..regular] {
+            // A regular page is filled to its capacity, 511 entries.
+            assert_eq!(p.entries, 511, "{name}: {p:?}");
+            assert_eq!(p.page_encodings, 0, "{name}: {p:?}");
+        }
+        // A compressed page that is not the last holds more than a regular
+        // one could.
+        assert!(rest[0].entries > 511, "{name}: {:?}", rest[0]);
+        // The regular pages' entries are frameless (mode 2) encodings, all
+        // different except for the two common ones of the alternating run.
+        let in_regular: Vec<u32> = info
+            .entries()
+            .take(511 * regular)
+            .map(|e| e.encoding)
+            .collect();
+        let frameless = in_regular.iter().filter(|&&e| e >> 24 & 0xf == 2).count();
+        assert!(frameless >= in_regular.len() - 1, "{name}: {frameless}");
+        let mut distinct = in_regular.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert!(
+            distinct.len() >= 1000,
+            "{name}: {} distinct",
+            distinct.len()
+        );
+        // Lookups land in the right kind of page and give the entry there.
+        let first_compressed = rest[0].first_function;
+        let e = info.lookup(first_compressed - 1).unwrap();
+        assert_eq!(e.func_end, first_compressed, "{name}: {e:?}");
+        let e = info.lookup(first_compressed).unwrap();
+        assert_eq!(e.func_start, first_compressed, "{name}: {e:?}");
     }
 }

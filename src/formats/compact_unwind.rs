@@ -111,6 +111,29 @@ pub struct Entry {
     pub lsda: Option<u32>,
 }
 
+/// The format of a second-level page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PageKind {
+    /// Kind 2: each entry is a 32-bit function offset and a 32-bit encoding.
+    Regular,
+    /// Kind 3: each entry is a 24-bit offset from the first-level entry's
+    /// function and an 8-bit index into the common or the page's encodings.
+    Compressed,
+}
+
+/// One second-level page, as [`UnwindInfo::pages`] lists it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PageInfo {
+    /// Its format.
+    pub kind: PageKind,
+    /// The function offset its first-level entry starts at.
+    pub first_function: u32,
+    /// How many entries it holds.
+    pub entries: usize,
+    /// How many encodings its own palette holds (0 for a regular page).
+    pub page_encodings: usize,
+}
+
 /// A validated `__unwind_info` section.
 #[derive(Clone, Copy, Debug)]
 pub struct UnwindInfo<'a> {
@@ -357,6 +380,23 @@ impl<'a> UnwindInfo<'a> {
         (0..self.index_count - 1).flat_map(move |i| {
             let page = self.page(i).ok();
             (0..page.map_or(0, |p| p.count)).filter_map(move |j| self.entry(i, page.as_ref()?, j))
+        })
+    }
+
+    /// The second-level pages, in order (the sentinel has none).
+    pub fn pages(&self) -> impl Iterator<Item = PageInfo> + '_ {
+        (0..self.index_count - 1).filter_map(move |i| {
+            let p = self.page(i).ok()?;
+            Some(PageInfo {
+                kind: if p.compressed {
+                    PageKind::Compressed
+                } else {
+                    PageKind::Regular
+                },
+                first_function: p.base,
+                entries: p.count,
+                page_encodings: p.encodings_count as usize,
+            })
         })
     }
 

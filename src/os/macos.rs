@@ -2,13 +2,15 @@
 //! `__TEXT`, stack bounds, reads that cannot fault, and the Darwin
 //! `ucontext_t`.
 //!
-//! Each image becomes a [`Module`]: its path, its slide as the bias, one
-//! [`Segment`] per `LC_SEGMENT_64` (at `slide + vmaddr`, `__PAGEZERO` and
-//! `__LINKEDIT` left out: the shared cache's images share one
-//! `__LINKEDIT`, and the symbolizer rejects overlapping mmaps), its
-//! `LC_UUID` as the build ID (markup writes it as `elf:UUIDHEX`, which
-//! llvm-symbolizer finds under `.build-id`), and a copy of its
-//! `__unwind_info` with the runtime address of its `mach_header`.
+//! Each image becomes a [`Module`], made from its header by
+//! [`super::macho_module`]: its path, its slide as the bias, one
+//! [`Segment`](crate::modules::Segment) per `LC_SEGMENT_64` (at
+//! `slide + vmaddr`, `__PAGEZERO` and `__LINKEDIT` left out: the shared
+//! cache's images share one `__LINKEDIT`, and the symbolizer rejects
+//! overlapping mmaps), its `LC_UUID` as the build ID (markup writes it as
+//! `elf:UUIDHEX`, which llvm-symbolizer finds under `.build-id`); and here a
+//! copy of its `__unwind_info` with the runtime address of its
+//! `mach_header`.
 //!
 //! [`refresh`] rebuilds the table from `_dyld_image_count` and friends and,
 //! the first time, registers `_dyld_register_func_for_add_image` and
@@ -17,16 +19,18 @@
 //! it, since dyld waits for the callback, which waits for walks still
 //! reading the old table). Image memory is only ever read with
 //! [`read_checked`], so an image unloaded while the table is rebuilt gives
-//! a missing module, not a fault.
+//! a missing module, not a fault; a refresh during which an image came or
+//! went reads dyld's list again (see `CHANGES`).
+//!
+//! Stack bounds come from the calling thread's pthread at each walk, not
+//! from thread-local storage, whose first use in a thread may allocate.
 
-use core::cell::Cell;
 use core::ffi::{c_char, c_int, c_void, CStr};
-use core::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 
 use crate::formats::compact_unwind::UnwindInfo;
-use crate::formats::elf::{PF_R, PF_W, PF_X};
-use crate::formats::macho::{self, MachO, VM_PROT_EXECUTE, VM_PROT_READ, VM_PROT_WRITE};
-use crate::modules::{self, Module, RefreshError, Segment, Table, MAX_MODULES};
+use crate::formats::macho::{self, MachO};
+use crate::modules::{self, Module, RefreshError, Table, MAX_MODULES};
 
 // Declared here: the libc crate marks the dyld functions deprecated and
 // lacks the rest.
@@ -76,15 +80,12 @@ pub fn read_checked(addr: u64, buf: &mut [u8]) -> bool {
 
 // --- Thread stacks ------------------------------------------------------------
 
-thread_local! {
-    /// This thread's stack bounds, once known (`(0, 0)` otherwise).
-    static STACK: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
-}
-
-/// Finds this thread's stack bounds with `pthread_get_stackaddr_np` (the
-/// top) and `pthread_get_stacksize_np`, and caches them for walks on this
-/// thread, including from signal handlers.
-pub fn register_thread() -> Option<(u64, u64)> {
+/// This thread's stack bounds from its pthread: `pthread_get_stackaddr_np`
+/// (the top) and `pthread_get_stacksize_np`. Both read the calling thread's
+/// pthread structure (the main thread's size may take one `getrlimit`, a
+/// system call), so this is safe in a signal handler and needs no
+/// registration.
+fn pthread_stack() -> Option<(u64, u64)> {
     // SAFETY: both calls only read the calling thread's pthread structure.
     let (top, size) = unsafe {
         let me = libc::pthread_self();
@@ -93,14 +94,21 @@ pub fn register_thread() -> Option<(u64, u64)> {
             libc::pthread_get_stacksize_np(me) as u64,
         )
     };
-    let bounds = (top.checked_sub(size)?, top);
-    let _ = STACK.try_with(|s| s.set(bounds));
-    Some(bounds)
+    Some((top.checked_sub(size)?, top)).filter(|&(lo, hi)| lo < hi)
 }
 
-/// This thread's cached stack bounds, if [`register_thread`] ran on it.
+/// This thread's stack bounds. On macOS every thread's pthread knows them,
+/// so there is nothing to record: this only reports them.
+pub fn register_thread() -> Option<(u64, u64)> {
+    pthread_stack()
+}
+
+/// This thread's stack bounds, read from its pthread each time. No
+/// thread-local storage: on macOS the first access to a thread-local
+/// variable in a thread may allocate it, which a walk in a signal handler
+/// must not do.
 pub fn registered_stack() -> Option<(u64, u64)> {
-    STACK.try_with(|s| s.get()).ok().filter(|&(lo, hi)| lo < hi)
+    pthread_stack()
 }
 
 /// The alternate signal stack, if this thread is running on it.
@@ -122,21 +130,6 @@ pub fn current_altstack() -> Option<(u64, u64)> {
 const PAGE: usize = 16384;
 /// Longest header plus load commands read from an image.
 const MAX_HEADER: usize = 32 * 1024;
-
-/// The segment flags for a Mach-O protection.
-fn flags(prot: u32) -> u32 {
-    let mut f = 0;
-    if prot & VM_PROT_READ != 0 {
-        f |= PF_R;
-    }
-    if prot & VM_PROT_WRITE != 0 {
-        f |= PF_W;
-    }
-    if prot & VM_PROT_EXECUTE != 0 {
-        f |= PF_X;
-    }
-    f
-}
 
 /// Copies `len` bytes at `addr` into an anonymous mapping the table owns.
 fn copy_out(addr: u64, len: u64) -> Option<(&'static [u8], (usize, usize))> {
@@ -193,23 +186,7 @@ fn image_module(mh: u64, slide: isize, name: &[u8], old: &Table) -> Option<Modul
     }
     let image = MachO::parse(&head[..size]).ok()?;
     let slide = slide as u64;
-    let mut m = Module::EMPTY;
-    m.set_name(name);
-    m.bias = slide;
-    for s in image.segments() {
-        if s.initprot == 0 || s.name() == b"__LINKEDIT" {
-            continue;
-        }
-        m.push_segment(Segment {
-            start: slide.wrapping_add(s.vmaddr),
-            size: s.vmsize,
-            vaddr: s.vmaddr,
-            flags: flags(s.initprot),
-        });
-    }
-    if let Some(id) = image.uuid() {
-        m.set_build_id(&id);
-    }
+    let mut m = super::macho_module(&image, slide, name);
     let reused = old
         .modules()
         .iter()
@@ -231,10 +208,16 @@ fn image_module(mh: u64, slide: isize, name: &[u8], old: &Table) -> Option<Modul
     Some(m)
 }
 
-/// Appends `m`, releasing its copy if the table is full.
-fn push(table: &mut Table, m: Module) {
-    if !table.push(m) {
-        // A copy reused from the old table is released with the old table.
+/// Appends `m`. When the table is full, releases `m`'s copy of
+/// `__unwind_info` unless it was reused from `old`, the table still
+/// published (the release of `old` frees it once no walk reads it).
+fn push(table: &mut Table, old: &Table, m: Module) {
+    if !table.push(m)
+        && !old
+            .modules()
+            .iter()
+            .any(|o| o.sframe_copy.0 == m.sframe_copy.0)
+    {
         release_copy(m.sframe_copy);
     }
 }
@@ -257,23 +240,24 @@ fn name_bytes<'a>(name: *const c_char) -> &'a [u8] {
         return b"";
     }
     // SAFETY: dyld's image names are NUL-terminated and live as long as the
-    // image; the table copies the bytes at once.
+    // image; the table copies the bytes at once. The callers make sure the
+    // image is still loaded (see `CHANGES`).
     unsafe { CStr::from_ptr(name) }.to_bytes()
 }
 
-/// Rebuilds the module table from dyld's list of images and, the first
-/// time, registers the callbacks that keep it current. Never from a signal
-/// handler.
-pub fn refresh() -> Result<u64, RefreshError> {
-    watch_images();
-    // dyld's list is read before the table is locked for writing: a dlopen
-    // on another thread holds dyld's lock while its callback waits for the
-    // table.
-    let mut images = [Image {
-        mh: 0,
-        slide: 0,
-        name: core::ptr::null(),
-    }; MAX_MODULES];
+/// Counts the add- and remove-image callbacks that have started. Each one
+/// counts itself before it waits for the table, so before dyld frees
+/// anything of an image being removed. A refresh that finds the count
+/// unchanged once it holds the table knows that every image it listed is
+/// still loaded (a removal starting later waits for it), and that no image
+/// was added behind its back.
+static CHANGES: AtomicU64 = AtomicU64::new(0);
+
+/// How often [`refresh`] starts over because dyld's list changed meanwhile.
+const MAX_ATTEMPTS: usize = 64;
+
+/// Reads dyld's list of images into `images`; returns how many it holds.
+fn list_images(images: &mut [Image]) -> usize {
     let mut n = 0;
     // SAFETY: the dyld queries take an index below the count; an index that
     // went stale (an image unloaded meanwhile) yields a null header.
@@ -291,16 +275,52 @@ pub fn refresh() -> Result<u64, RefreshError> {
             n += 1;
         }
     }
-    modules::refresh_with(
-        |new, old| {
-            for im in &images[..n] {
-                if let Some(m) = image_module(im.mh, im.slide, name_bytes(im.name), old) {
-                    push(new, m);
+    n
+}
+
+/// Rebuilds the module table from dyld's list of images and, the first
+/// time, registers the callbacks that keep it current. Never from a signal
+/// handler. [`RefreshError::Busy`] if images kept being loaded or unloaded
+/// through every attempt (the callbacks still keep the table current).
+pub fn refresh() -> Result<u64, RefreshError> {
+    watch_images();
+    let mut images = [Image {
+        mh: 0,
+        slide: 0,
+        name: core::ptr::null(),
+    }; MAX_MODULES];
+    for _ in 0..MAX_ATTEMPTS {
+        // dyld's list is read before the table is locked for writing: a
+        // dlopen on another thread holds dyld's lock while its callback
+        // waits for the table.
+        let seen = CHANGES.load(SeqCst);
+        let n = list_images(&mut images);
+        let mut stale = false;
+        let generation = modules::refresh_with(
+            |new, old| {
+                if CHANGES.load(SeqCst) != seen {
+                    // An image came or went after the list was read: its
+                    // name may be freed already. Keep the table as it is
+                    // and read the list again.
+                    stale = true;
+                    for m in old.modules() {
+                        push(new, old, *m);
+                    }
+                    return;
                 }
-            }
-        },
-        |m| release_copy(m.sframe_copy),
-    )
+                for im in &images[..n] {
+                    if let Some(m) = image_module(im.mh, im.slide, name_bytes(im.name), old) {
+                        push(new, old, m);
+                    }
+                }
+            },
+            |m| release_copy(m.sframe_copy),
+        )?;
+        if !stale {
+            return Ok(generation);
+        }
+    }
+    Err(RefreshError::Busy)
 }
 
 static WATCHING: AtomicBool = AtomicBool::new(false);
@@ -313,9 +333,20 @@ fn watch_images() {
     if WATCHING.swap(true, SeqCst) {
         return;
     }
+    // A refresh holds the table while it copies sections: every call it
+    // makes then must already be bound. Where dyld binds symbols lazily, the
+    // first call of each takes dyld's lock, which a thread in one of our
+    // callbacks holds while it waits for the table. So make each call once
+    // now, before there are callbacks.
+    if let Some((_, copy)) = copy_out(&WATCHING as *const AtomicBool as u64, 1) {
+        release_copy(copy); // mmap, mach_vm_read_overwrite, mprotect, munmap
+    }
+    let _ = name_bytes(core::hint::black_box(c"stackmark".as_ptr())); // strlen
+    std::thread::yield_now();
     REGISTERING.store(true, SeqCst);
     // SAFETY: the callbacks are plain functions that live as long as the
-    // process.
+    // process, with the signature dyld calls them with:
+    // `void (*)(const struct mach_header *, intptr_t vmaddr_slide)`.
     unsafe {
         _dyld_register_func_for_add_image(on_add_image);
         _dyld_register_func_for_remove_image(on_remove_image);
@@ -323,7 +354,10 @@ fn watch_images() {
     REGISTERING.store(false, SeqCst);
 }
 
+/// dyld calls this on the thread that loads an image, after adding it to
+/// its list and before `dlopen` returns.
 extern "C" fn on_add_image(mh: *const c_void, slide: isize) {
+    CHANGES.fetch_add(1, SeqCst);
     let mh = mh as u64;
     if REGISTERING.load(SeqCst) || mh == 0 {
         return;
@@ -336,7 +370,8 @@ extern "C" fn on_add_image(mh: *const c_void, slide: isize) {
     // SAFETY: an all-zero Dl_info is valid (null pointers); dladdr fills it
     // for an address inside a loaded image.
     let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
-    // SAFETY: as above.
+    // SAFETY: as above; the image being added stays loaded while dyld runs
+    // this callback, and with it the name dladdr points at.
     let name = if unsafe { libc::dladdr(mh as *const c_void, &mut info) } != 0 {
         name_bytes(info.dli_fname)
     } else {
@@ -345,22 +380,25 @@ extern "C" fn on_add_image(mh: *const c_void, slide: isize) {
     let _ = modules::refresh_with(
         |new, old| {
             for m in old.modules().iter().filter(|m| !is_image(m, mh)) {
-                push(new, *m);
+                push(new, old, *m);
             }
             if let Some(m) = image_module(mh, slide, name, old) {
-                push(new, m);
+                push(new, old, m);
             }
         },
         |m| release_copy(m.sframe_copy),
     );
 }
 
+/// dyld calls this on the thread that unloads an image, before it unmaps
+/// the image: once it returns, no published table lists the image.
 extern "C" fn on_remove_image(mh: *const c_void, _slide: isize) {
+    CHANGES.fetch_add(1, SeqCst);
     let mh = mh as u64;
     let _ = modules::refresh_with(
         |new, old| {
             for m in old.modules().iter().filter(|m| !is_image(m, mh)) {
-                push(new, *m);
+                push(new, old, *m);
             }
         },
         |m| release_copy(m.sframe_copy),
@@ -444,6 +482,14 @@ pub unsafe fn regs_from_ucontext(uc: *const c_void) -> crate::arch::x86_64::Regs
     }
 }
 
+/// Strips pointer-authentication bits from a code address: macOS arm64 user
+/// addresses lie below `MACH_VM_MAX_ADDRESS` (`0x7fff_fe00_0000`, 47 bits),
+/// so every bit above 46 belongs to the signature.
+#[cfg(target_arch = "aarch64")]
+fn strip_pac(addr: u64) -> u64 {
+    addr & ((1 << 47) - 1)
+}
+
 /// The interrupted registers in a Darwin arm64 `ucontext_t`; pc and lr are
 /// stripped of pointer-authentication bits.
 ///
@@ -451,7 +497,6 @@ pub unsafe fn regs_from_ucontext(uc: *const c_void) -> crate::arch::x86_64::Regs
 /// `uc` must point to a valid `ucontext_t`.
 #[cfg(target_arch = "aarch64")]
 pub unsafe fn regs_from_ucontext(uc: *const c_void) -> crate::arch::aarch64::Regs {
-    use crate::arch::aarch64::strip_pac;
     // SAFETY: forwarded from the caller.
     let m = unsafe { mcontext(uc) };
     let mut x19_x28 = [0u64; 10];

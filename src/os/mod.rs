@@ -17,5 +17,7 @@ pub use macos::{
     write_registers,
 };
 
+mod macho_image;
 mod stack;
+pub use macho_image::macho_module;
 pub use stack::LiveMemory;

@@ -162,6 +162,11 @@ pub fn unwind_info_parse(data: &[u8]) {
         return;
     };
     let _ = info.common_encodings().count();
+    // Every page parse validated is listed, and the pages hold every entry.
+    let entries: usize = info.pages().take(4096).map(|p| p.entries).sum();
+    if entries <= 1 << 16 && info.pages().nth(4096).is_none() {
+        assert_eq!(entries, info.entries().count());
+    }
     for e in info.entries().take(4096) {
         if e.func_end > e.func_start {
             assert!(info.lookup(e.func_start).is_some(), "{e:?}");
