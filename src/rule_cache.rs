@@ -1,7 +1,16 @@
 //! A per-pc cache of module-table lookups, for profilers that walk the same
-//! code thousands of times a second: a [`crate::seq_cache`] holding each
+//! code thousands of times a second: a sequence-locked cache holding each
 //! lookup packed into five words. The general step reads it; the hot path
 //! reads [`crate::step_cache`].
+//!
+//! Both caches are direct-mapped, in static memory, shared by every thread
+//! and safe in signal handlers: no lock, no allocation, no waiting. Each
+//! entry is a sequence lock: a writer claims it by making its sequence word
+//! odd (and gives up if another writer holds it), writes the key and the
+//! words, then publishes an even sequence word that also carries the module
+//! table's generation. A reader takes an entry only if that word is even,
+//! of its generation, and unchanged after reading, so a torn entry reads as
+//! a miss and a refresh of the table invalidates every entry at once.
 
 use crate::formats::sframe::{CfaRule, RegRule, Row};
 use crate::seq_cache::SeqCache;

@@ -1,5 +1,6 @@
 //! The per-pc cache of [`Hot`] answers that the walk's hot path probes once
-//! per frame: a [`crate::seq_cache`] of two words per pc.
+//! per frame: a sequence-locked cache of two words per pc (see
+//! [`crate::rule_cache`] for the protocol).
 
 use crate::seq_cache::SeqCache;
 use crate::walk::fast::Hot;
