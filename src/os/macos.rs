@@ -482,14 +482,6 @@ pub unsafe fn regs_from_ucontext(uc: *const c_void) -> crate::arch::x86_64::Regs
     }
 }
 
-/// Strips pointer-authentication bits from a code address: macOS arm64 user
-/// addresses lie below `MACH_VM_MAX_ADDRESS` (`0x7fff_fe00_0000`, 47 bits),
-/// so every bit above 46 belongs to the signature.
-#[cfg(target_arch = "aarch64")]
-fn strip_pac(addr: u64) -> u64 {
-    addr & ((1 << 47) - 1)
-}
-
 /// The interrupted registers in a Darwin arm64 `ucontext_t`; pc and lr are
 /// stripped of pointer-authentication bits.
 ///
@@ -502,10 +494,10 @@ pub unsafe fn regs_from_ucontext(uc: *const c_void) -> crate::arch::aarch64::Reg
     let mut x19_x28 = [0u64; 10];
     x19_x28.copy_from_slice(&m.x[19..29]);
     crate::arch::aarch64::Regs {
-        pc: strip_pac(m.pc),
+        pc: crate::arch::aarch64::strip_pac(m.pc),
         sp: m.sp,
         fp: m.fp,
-        lr: strip_pac(m.lr),
+        lr: crate::arch::aarch64::strip_pac(m.lr),
         x19_x28,
     }
 }

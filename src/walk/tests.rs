@@ -368,3 +368,20 @@ fn aarch64_signal_frame_offsets_match_the_kernel_layout() {
     assert_eq!(o::REGS - 8, 304, "sigcontext at sp + 304");
     assert_eq!(o::PC, 568, "pc at sp + 568");
 }
+
+#[test]
+fn pac_stripping_keeps_exactly_the_user_address_bits_of_the_target() {
+    // Apple's arm64e signatures start at bit 47 (user addresses stay below
+    // 0x7fff_fe00_0000); Linux user addresses use 48 bits.
+    let user = 0x0000_7ffe_1234_5678u64;
+    let bits = if cfg!(target_vendor = "apple") {
+        47
+    } else {
+        48
+    };
+    assert_eq!(aarch64::USER_ADDRESS_MASK, (1u64 << bits) - 1);
+    let signed = user | 0x0035_8000_0000_0000 & !aarch64::USER_ADDRESS_MASK;
+    assert_ne!(signed, user);
+    assert_eq!(aarch64::strip_pac(signed), user);
+    assert_eq!(aarch64::strip_pac(u64::MAX), aarch64::USER_ADDRESS_MASK);
+}

@@ -42,13 +42,22 @@ impl Regs {
     }
 }
 
+/// The bits of a user-space code address: 48 on Linux; 47 on Apple
+/// platforms, whose user addresses lie below `MACH_VM_MAX_ADDRESS`
+/// (`0x7fff_fe00_0000`) and whose arm64e signatures start at bit 47.
+pub const USER_ADDRESS_MASK: u64 = if cfg!(target_vendor = "apple") {
+    (1 << 47) - 1
+} else {
+    (1 << 48) - 1
+};
+
 /// Removes pointer-authentication bits from a code address.
 ///
-/// User-space addresses on Linux and macOS fit in the low 48 bits; a signed
-/// pointer keeps its PAC in the bits above. Clearing them is what `xpaci`
-/// does for a user address, without needing the instruction.
+/// A signed pointer keeps its PAC in the bits above the user address
+/// ([`USER_ADDRESS_MASK`]). Clearing them is what `xpaci` does for a user
+/// address, without needing the instruction.
 pub fn strip_pac(addr: u64) -> u64 {
-    addr & 0x0000_ffff_ffff_ffff
+    addr & USER_ADDRESS_MASK
 }
 
 /// Byte offsets, from the sp at `__kernel_rt_sigreturn`, of the interrupted
