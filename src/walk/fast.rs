@@ -90,16 +90,20 @@ impl Hot {
     };
 
     /// A rule the hot path applies.
-    pub fn from_rule(r: FastRule) -> Hot {
+    pub const fn from_rule(r: FastRule) -> Hot {
+        let (fp_saved, fp_off) = match r.fp_off {
+            Some(o) => (1, o),
+            None => (0, 0),
+        };
         let w0 = RULE
-            | u64::from(r.cfa_fp) << 4
-            | u64::from(r.mangled_ra) << 5
-            | u64::from(r.fp_off.is_some()) << 6
-            | u64::from(r.ra_off as u16) << 16
-            | u64::from(r.fp_off.unwrap_or(0) as u16) << 32;
+            | (r.cfa_fp as u64) << 4
+            | (r.mangled_ra as u64) << 5
+            | fp_saved << 6
+            | (r.ra_off as u16 as u64) << 16
+            | (fp_off as u16 as u64) << 32;
         Hot {
             w0,
-            cfa_off: r.cfa_off.into(),
+            cfa_off: r.cfa_off as i64,
         }
     }
 
@@ -134,14 +138,13 @@ impl Hot {
     }
 
     /// The rule, for a [`HotKind::Rule`] answer.
-    #[inline(always)]
     pub fn rule(self) -> FastRule {
         FastRule {
-            cfa_fp: self.w0 & 1 << 4 != 0,
+            cfa_fp: self.cfa_fp(),
             cfa_off: self.cfa_off as i32,
-            ra_off: (self.w0 >> 16) as u16 as i16,
-            fp_off: (self.w0 & 1 << 6 != 0).then_some((self.w0 >> 32) as u16 as i16),
-            mangled_ra: self.w0 & 1 << 5 != 0,
+            ra_off: self.ra_off() as i16,
+            fp_off: self.fp_off().map(|o| o as i16),
+            mangled_ra: self.mangled_ra(),
         }
     }
 
@@ -187,15 +190,7 @@ impl Hot {
     }
 
     /// The frame-pointer link as an answer ([`FRAME_POINTER`]).
-    pub(crate) const FRAME_POINTER_LINK: Hot = Hot {
-        w0: RULE
-            | 1 << 4
-            | 1 << 5
-            | 1 << 6
-            | ((-8i16) as u16 as u64) << 16
-            | ((-16i16) as u16 as u64) << 32,
-        cfa_off: 16,
-    };
+    pub(crate) const FRAME_POINTER_LINK: Hot = Hot::from_rule(FRAME_POINTER);
 
     /// For a rule: the CFA is based on the frame pointer.
     #[inline(always)]
@@ -242,17 +237,6 @@ impl Hot {
             w0: w[0],
             cfa_off: w[1] as i32 as i64,
         }
-    }
-
-    /// The inverse of [`Hot::pack`]; `None` for words it never writes.
-    #[inline(always)]
-    pub fn unpack(w: [u64; 2]) -> Option<Hot> {
-        (matches!(w[0] & 0xf, OUTSIDE..=RULE) && w[1] as i64 == i64::from(w[1] as i32)).then_some(
-            Hot {
-                w0: w[0],
-                cfa_off: w[1] as i64,
-            },
-        )
     }
 }
 
@@ -302,7 +286,6 @@ mod tests {
         let hot = Hot::classify(&Lookup::SFrame(signed), false);
         assert!(hot.cfa_fp() && hot.mangled_ra() && hot.fp_off().is_none());
         assert_eq!(Hot::from_words(hot.pack()), hot);
-        assert_eq!(Hot::unpack(hot.pack()), Some(hot));
     }
 
     #[test]
@@ -346,11 +329,5 @@ mod tests {
         assert_eq!(Hot::classify(&Lookup::NoInfo, false), Hot::NO_INFO);
         assert_eq!(Hot::classify(&Lookup::Outside, true), Hot::OUTSIDE);
         assert_eq!(Hot::from_words([0, 0]).kind(), HotKind::Slow);
-        assert_eq!(Hot::unpack([0, 0]), None);
-    }
-
-    #[test]
-    fn the_frame_pointer_link_is_the_frame_record() {
-        assert_eq!(Hot::FRAME_POINTER_LINK, Hot::from_rule(FRAME_POINTER));
     }
 }
