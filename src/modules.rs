@@ -285,6 +285,14 @@ impl Table {
 }
 
 impl Table {
+    /// A miss of the hot path's cache: classify, then remember.
+    #[cold]
+    fn hot_miss(&self, key: u64) -> Hot {
+        let hot = self.hot_uncached(key);
+        crate::step_cache::put(key, self.generation, hot);
+        hot
+    }
+
     /// The lookup itself, without the cache.
     pub fn lookup_uncached(&self, pc: u64) -> Lookup {
         match self.module_for_code(pc) {
@@ -311,16 +319,6 @@ impl Table {
     }
 }
 
-impl Table {
-    #[cold]
-    fn hot_miss(&self, key: u64) -> Hot {
-        let trampoline = self.is_trampoline(key) || self.is_trampoline(key.wrapping_add(1));
-        let hot = Hot::classify(&self.lookup(key), trampoline);
-        crate::step_cache::put(key, self.generation, hot);
-        hot
-    }
-}
-
 impl CodeMap for Table {
     /// Served from the per-pc cache ([`crate::rule_cache`]) when it holds
     /// this pc for this table's generation.
@@ -333,13 +331,13 @@ impl CodeMap for Table {
         found
     }
 
-    /// Served from the hot path's cache ([`crate::step_cache`]); a miss
-    /// classifies the (cached) lookup and remembers the answer.
+    /// The table's generation, which keys the hot path's cache.
     fn hot_context(&self) -> u64 {
         self.generation
     }
 
-    /// `generation` is this table's: the cache's key.
+    /// Served from the hot path's cache ([`crate::step_cache`]); a miss
+    /// classifies the (cached) lookup and remembers the answer.
     #[inline(always)]
     fn hot_at(&self, key: u64, generation: u64) -> Hot {
         if let Some(hit) = crate::step_cache::get(key, generation) {

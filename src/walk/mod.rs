@@ -140,10 +140,17 @@ pub trait CodeMap {
     }
 
     /// What the hot path may do at lookup pc `key`; `context` is what
-    /// [`CodeMap::hot_context`] gave. The default classifies
-    /// [`CodeMap::lookup`]; implementations may cache the answer.
+    /// [`CodeMap::hot_context`] gave. The default classifies every time
+    /// ([`CodeMap::hot_uncached`]); implementations may cache the answer.
     fn hot_at(&self, key: u64, context: u64) -> Hot {
         let _ = context;
+        self.hot_uncached(key)
+    }
+
+    /// [`CodeMap::lookup`] at `key`, classified for the hot path. A pc at
+    /// or just before a known trampoline (`key` is `ra - 1` for a return
+    /// address) is always left to the general step.
+    fn hot_uncached(&self, key: u64) -> Hot {
         let trampoline =
             self.is_known_trampoline(key) || self.is_known_trampoline(key.wrapping_add(1));
         Hot::classify(&self.lookup(key), trampoline)
