@@ -61,12 +61,18 @@ impl LiveMemory {
         }
     }
 
-    #[cold]
-    #[inline(never)]
-    fn readable_cold(&self, addr: u64, end: u64) -> bool {
-        self.readable(addr, end)
+    /// Whether `addr..end` lies in the first region's known part, where
+    /// most reads fall. Region 0 is empty (all zero) until one is pushed,
+    /// so no range passes before then.
+    #[inline(always)]
+    fn in_first(&self, addr: u64, end: u64) -> bool {
+        let first = self.regions[0].get();
+        addr >= first.lo && end <= first.hi
     }
 
+    /// The slow check: every region, probing pages where needed.
+    #[cold]
+    #[inline(never)]
     fn readable(&self, addr: u64, end: u64) -> bool {
         for cell in &self.regions[..self.count.get()] {
             let mut r = cell.get();
@@ -101,10 +107,7 @@ impl MemoryReader for LiveMemory {
         let Some(end) = addr.checked_add(buf.len() as u64) else {
             return false;
         };
-        // Most reads fall in the first region's known part: check it first.
-        let first = self.regions[0].get();
-        let known = self.count.get() > 0 && addr >= first.lo && end <= first.hi;
-        if !known && !self.readable(addr, end) {
+        if !self.in_first(addr, end) && !self.readable(addr, end) {
             return false;
         }
         // SAFETY: `readable` established that `addr..end` lies in this
@@ -117,11 +120,7 @@ impl MemoryReader for LiveMemory {
     #[inline(always)]
     fn read_u64(&self, addr: u64) -> Option<u64> {
         let end = addr.checked_add(8)?;
-        // Region 0 is empty (all zero) until one is pushed, so no range
-        // passes this check before then.
-        let first = self.regions[0].get();
-        let known = addr >= first.lo && end <= first.hi;
-        if !known && !self.readable_cold(addr, end) {
+        if !self.in_first(addr, end) && !self.readable(addr, end) {
             return None;
         }
         // SAFETY: as in `read`: the range lies in this thread's stack.
