@@ -481,13 +481,12 @@ pub unsafe fn write_registers<S: crate::markup::Sink>(
         ("rip", libc::REG_RIP),
         ("eflags", libc::REG_EFL),
     ];
-    for (i, (name, reg)) in NAMES.iter().enumerate() {
-        m.text(if i % 4 == 0 { "stackmark:   " } else { "  " });
-        m.text(name).text(" ").hex(g[*reg as usize] as u64);
-        if i % 4 == 3 || i == NAMES.len() - 1 {
-            m.newline();
-        }
-    }
+    super::write_register_lines(
+        m,
+        NAMES
+            .iter()
+            .map(|&(name, reg)| (name, g[reg as usize] as u64)),
+    );
 }
 
 /// Writes the interrupted registers of a Linux AArch64 `ucontext_t`, four
@@ -502,25 +501,9 @@ pub unsafe fn write_registers<S: crate::markup::Sink>(
 ) {
     // SAFETY: the caller guarantees `uc` is a valid ucontext_t.
     let mc = unsafe { &(*(uc as *const libc::ucontext_t)).uc_mcontext };
-    const NAMES: [&str; 31] = [
-        "x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7", "x8", "x9", "x10", "x11", "x12", "x13",
-        "x14", "x15", "x16", "x17", "x18", "x19", "x20", "x21", "x22", "x23", "x24", "x25", "x26",
-        "x27", "x28", "fp", "lr",
-    ];
-    let extra: [(&str, u64); 3] = [("sp", mc.sp), ("pc", mc.pc), ("pstate", mc.pstate)];
-    let total = NAMES.len() + extra.len();
-    for i in 0..total {
-        let (name, v) = if i < NAMES.len() {
-            (NAMES[i], mc.regs[i])
-        } else {
-            extra[i - NAMES.len()]
-        };
-        m.text(if i % 4 == 0 { "stackmark:   " } else { "  " });
-        m.text(name).text(" ").hex(v);
-        if i % 4 == 3 || i == total - 1 {
-            m.newline();
-        }
-    }
+    let extra = [("sp", mc.sp), ("pc", mc.pc), ("pstate", mc.pstate)];
+    let x = super::A64_X_NAMES.into_iter().zip(mc.regs);
+    super::write_register_lines(m, x.chain(extra));
 }
 
 #[cfg(test)]

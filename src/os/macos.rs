@@ -514,13 +514,7 @@ pub unsafe fn write_registers<S: crate::markup::Sink>(
 ) {
     // SAFETY: forwarded from the caller.
     let s = unsafe { &mcontext(uc).ss };
-    for (i, name) in X86_NAMES.iter().enumerate() {
-        m.text(if i % 4 == 0 { "stackmark:   " } else { "  " });
-        m.text(name).text(" ").hex(s[i]);
-        if i % 4 == 3 || i == X86_NAMES.len() - 1 {
-            m.newline();
-        }
-    }
+    super::write_register_lines(m, X86_NAMES.into_iter().zip(s.iter().copied()));
 }
 
 /// Writes the interrupted registers of a Darwin arm64 `ucontext_t`, four to
@@ -542,28 +536,6 @@ pub unsafe fn write_registers<S: crate::markup::Sink>(
         ("pc", mc.pc),
         ("cpsr", u64::from(mc.cpsr)),
     ];
-    let total = mc.x.len() + extra.len();
-    let mut name = [0u8; 3];
-    for i in 0..total {
-        m.text(if i % 4 == 0 { "stackmark:   " } else { "  " });
-        if i < mc.x.len() {
-            // "x0" .. "x28"
-            name[0] = b'x';
-            let len = if i < 10 {
-                name[1] = b'0' + i as u8;
-                2
-            } else {
-                name[1] = b'0' + (i / 10) as u8;
-                name[2] = b'0' + (i % 10) as u8;
-                3
-            };
-            m.bytes(&name[..len]).text(" ").hex(mc.x[i]);
-        } else {
-            let (n, v) = extra[i - mc.x.len()];
-            m.text(n).text(" ").hex(v);
-        }
-        if i % 4 == 3 || i == total - 1 {
-            m.newline();
-        }
-    }
+    let x = super::A64_X_NAMES[..29].iter().copied().zip(mc.x);
+    super::write_register_lines(m, x.chain(extra));
 }
