@@ -99,18 +99,37 @@ pub fn walk_synthetic(data: &[u8]) {
         scan_words: 64,
         ..WalkOptions::default()
     };
-    let general = WalkOptions {
-        fast_path: false,
-        ..opts
-    };
     let precise = h[6] & 1 != 0;
-    let check = |frames: &[stackmark::Frame]| {
+    /// Walks from `regs` three ways: the iterator (its frames must keep the
+    /// sp order and its reads stay bounded), the general step alone and
+    /// `fill`, which must all agree.
+    fn walk_all_ways<A: stackmark::arch::Arch>(
+        regs: A::Regs,
+        precise: bool,
+        mem: &Counting<'_>,
+        map: SnapshotCode<'_>,
+        opts: WalkOptions,
+    ) {
+        let mut w = Walker::<A, _, _>::new(regs, precise, mem, map, opts);
+        let frames: Vec<_> = w.by_ref().collect();
         assert!(frames.len() <= 64);
         assert!(
-            stackmark::walk::sp_order_holds(frames),
+            stackmark::walk::sp_order_holds(&frames),
             "sp must increase: {frames:?}"
         );
-    };
+        assert!(mem.reads.get() <= MAX_READS, "{} reads", mem.reads.get());
+        let general = WalkOptions {
+            fast_path: false,
+            ..opts
+        };
+        let mut g = Walker::<A, _, _>::new(regs, precise, mem, map, general);
+        let general_frames: Vec<_> = g.by_ref().collect();
+        assert_eq!(frames, general_frames, "the hot path changed the walk");
+        assert_eq!(w.stop_reason(), g.stop_reason());
+        let mut buf = [stackmark::Frame::default(); 64];
+        let n = Walker::<A, _, _>::new(regs, precise, mem, map, opts).fill(&mut buf);
+        assert_eq!(&buf[..n], &frames[..], "fill and the iterator agree");
+    }
     if h[6] & 2 == 0 {
         let regs = X64 {
             rip: aim(word(0)),
@@ -119,17 +138,7 @@ pub fn walk_synthetic(data: &[u8]) {
             rbx: word(3),
             ..Default::default()
         };
-        let mut w = Walker::<X86_64, _, _>::new(regs, precise, &mem, map, opts);
-        let frames: Vec<_> = w.by_ref().collect();
-        check(&frames);
-        assert!(mem.reads.get() <= MAX_READS, "{} reads", mem.reads.get());
-        let mut g = Walker::<X86_64, _, _>::new(regs, precise, &mem, map, general);
-        let general_frames: Vec<_> = g.by_ref().collect();
-        assert_eq!(frames, general_frames, "the hot path changed the walk");
-        assert_eq!(w.stop_reason(), g.stop_reason());
-        let mut buf = [stackmark::Frame::default(); 64];
-        let n = Walker::<X86_64, _, _>::new(regs, precise, &mem, map, opts).fill(&mut buf);
-        assert_eq!(&buf[..n], &frames[..], "fill and the iterator agree");
+        walk_all_ways::<X86_64>(regs, precise, &mem, map, opts);
     } else {
         let regs = A64 {
             pc: aim(word(0)),
@@ -138,17 +147,7 @@ pub fn walk_synthetic(data: &[u8]) {
             lr: aim(word(3)),
             ..Default::default()
         };
-        let mut w = Walker::<Aarch64, _, _>::new(regs, precise, &mem, map, opts);
-        let frames: Vec<_> = w.by_ref().collect();
-        check(&frames);
-        assert!(mem.reads.get() <= MAX_READS, "{} reads", mem.reads.get());
-        let mut g = Walker::<Aarch64, _, _>::new(regs, precise, &mem, map, general);
-        let general_frames: Vec<_> = g.by_ref().collect();
-        assert_eq!(frames, general_frames, "the hot path changed the walk");
-        assert_eq!(w.stop_reason(), g.stop_reason());
-        let mut buf = [stackmark::Frame::default(); 64];
-        let n = Walker::<Aarch64, _, _>::new(regs, precise, &mem, map, opts).fill(&mut buf);
-        assert_eq!(&buf[..n], &frames[..], "fill and the iterator agree");
+        walk_all_ways::<Aarch64>(regs, precise, &mem, map, opts);
     }
 }
 
