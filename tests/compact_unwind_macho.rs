@@ -4,7 +4,6 @@
 //! image, and the markup a report writes for it.
 
 use std::fmt::Write;
-use std::path::Path;
 
 use object::{Object, ObjectSection, ObjectSegment, SegmentFlags};
 use stackmark::formats::compact_unwind::UnwindInfo;
@@ -14,34 +13,13 @@ use stackmark::markup::{Markup, Scope, SliceSink};
 use stackmark::modules::Segment;
 use stackmark::{Frame, Method};
 
-/// Every `.dylib` in `tests/data/macho`, with its bytes.
-fn fixtures() -> Vec<(String, Vec<u8>)> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/macho");
-    let mut out: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().and_then(|e| e.to_str()) == Some("dylib"))
-        .map(|p| {
-            let name = p.file_name().unwrap().to_str().unwrap().to_string();
-            (name, std::fs::read(&p).unwrap())
-        })
-        .collect();
-    out.sort();
-    assert_eq!(out.len(), 8, "fixtures in {}", dir.display());
-    out
-}
+mod macho_support;
+use macho_support::fixtures;
 
 #[test]
 fn fixture_headers_read_as_the_object_crate_reads_them() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/macho");
     let mut checked = 0;
-    for entry in std::fs::read_dir(&dir).unwrap().flatten() {
-        let path = entry.path();
-        if path.extension().and_then(|e| e.to_str()) != Some("dylib") {
-            continue;
-        }
-        let data = std::fs::read(&path).unwrap();
+    for (path, data) in fixtures() {
         let file = object::File::parse(&*data).unwrap();
         let size = macho::header_size(&data).unwrap();
         assert!(size < data.len());
@@ -99,7 +77,7 @@ fn fixture_headers_read_as_the_object_crate_reads_them() {
         assert_eq!(m.uuid(), Some(uuid), "{}", path.display());
         checked += 1;
     }
-    assert_eq!(checked, 8, "fixtures in {}", dir.display());
+    assert_eq!(checked, 8, "fixtures in {}", macho_support::dir().display());
 }
 
 /// The macOS module table makes each image a module from its header
@@ -112,7 +90,8 @@ fn fixture_headers_read_as_the_object_crate_reads_them() {
 #[test]
 fn each_image_becomes_a_module_named_by_its_uuid_with_an_mmap_per_segment() {
     const SLIDE: u64 = 0x1_0a34_c000;
-    for (name, data) in fixtures() {
+    for (path, data) in fixtures() {
+        let name = path.file_name().unwrap().to_str().unwrap();
         let file = object::File::parse(&*data).unwrap();
         let image = MachO::parse(&data[..macho::header_size(&data).unwrap()]).unwrap();
         let path = format!("/Applications/Demo.app/Contents/Frameworks/{name}");

@@ -97,9 +97,10 @@ fn objdump(path: &Path) -> Listing {
 }
 
 /// The `__unwind_info` section of a fixture.
+mod macho_support;
+
 fn section(name: &str) -> Vec<u8> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/macho");
-    let data = std::fs::read(dir.join(name)).unwrap();
+    let data = std::fs::read(macho_support::dir().join(name)).unwrap();
     let file = object::File::parse(&*data).unwrap();
     let s = file.section_by_name("__unwind_info").unwrap();
     s.data().unwrap().to_vec()
@@ -107,14 +108,8 @@ fn section(name: &str) -> Vec<u8> {
 
 #[test]
 fn every_fixture_reads_exactly_as_llvm_objdump_prints_it() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/macho");
     let mut checked = 0;
-    for entry in std::fs::read_dir(&dir).unwrap().flatten() {
-        let path = entry.path();
-        if path.extension().and_then(|e| e.to_str()) != Some("dylib") {
-            continue;
-        }
-        let data = std::fs::read(&path).unwrap();
+    for (path, data) in macho_support::fixtures() {
         let file = object::File::parse(&*data).unwrap();
         let section = file
             .section_by_name("__unwind_info")
@@ -154,7 +149,7 @@ fn every_fixture_reads_exactly_as_llvm_objdump_prints_it() {
         assert!(info.lookup(got.last().unwrap().func_end).is_none());
         checked += 1;
     }
-    assert_eq!(checked, 8, "fixtures in {}", dir.display());
+    assert_eq!(checked, 8, "fixtures in {}", macho_support::dir().display());
 }
 
 #[test]
