@@ -85,19 +85,24 @@ fn stack(words: &[u64]) -> Vec<u8> {
 }
 
 fn walk<A: Arch>(regs: A::Regs, precise: bool, st: &[u8], code: Fake) -> (Vec<Frame>, StopReason) {
+    walk_with::<A>(regs, precise, st, code, WalkOptions::default())
+}
+
+/// Walks `st` with `opts`; the general step alone must give the same walk.
+fn walk_with<A: Arch>(
+    regs: A::Regs,
+    precise: bool,
+    st: &[u8],
+    code: Fake,
+    opts: WalkOptions,
+) -> (Vec<Frame>, StopReason) {
     let regions = [(STACK, st)];
-    let mut w: Walker<A, _, _> = Walker::new(
-        regs,
-        precise,
-        SliceMemory::new(&regions),
-        &code,
-        WalkOptions::default(),
-    );
+    let mut w: Walker<A, _, _> =
+        Walker::new(regs, precise, SliceMemory::new(&regions), &code, opts);
     let frames: Vec<Frame> = w.by_ref().collect();
-    // The general step alone must give the same walk.
     let general = WalkOptions {
         fast_path: false,
-        ..WalkOptions::default()
+        ..opts
     };
     let mut g: Walker<A, _, _> =
         Walker::new(regs, precise, SliceMemory::new(&regions), &code, general);
@@ -195,22 +200,14 @@ fn frame_pointers_are_followed_where_no_row_applies() {
 fn a_frame_pointer_loop_ends_the_walk() {
     // rbp points at itself: the second step would not raise sp.
     let st = stack(&[STACK, CODE + 0x55, 0]);
-    let code = Fake::x86();
-    let regions = [(STACK, &st[..])];
     let opts = WalkOptions {
         scan_words: 0,
         ..Default::default()
     };
-    let mut w: Walker<X86_64, _, _> = Walker::new(
-        x86(CODE + 0x10, STACK, STACK),
-        true,
-        SliceMemory::new(&regions),
-        code,
-        opts,
-    );
-    let n = w.by_ref().count();
-    assert_eq!(n, 2);
-    assert_eq!(w.stop_reason(), StopReason::NoValidCaller);
+    let (frames, stop) =
+        walk_with::<X86_64>(x86(CODE + 0x10, STACK, STACK), true, &st, Fake::x86(), opts);
+    assert_eq!(frames.len(), 2);
+    assert_eq!(stop, StopReason::NoValidCaller);
 }
 
 #[test]
@@ -248,20 +245,13 @@ fn the_depth_limit_is_respected() {
         row(CfaRule::SpPlus(8), RegRule::AtCfa(-8), RegRule::SameValue),
     );
     let st = stack(&[CODE + 0x55; 64]);
-    let regions = [(STACK, &st[..])];
     let opts = WalkOptions {
         max_depth: 10,
         ..Default::default()
     };
-    let mut w: Walker<X86_64, _, _> = Walker::new(
-        x86(CODE + 0x10, STACK, 0),
-        true,
-        SliceMemory::new(&regions),
-        code,
-        opts,
-    );
-    assert_eq!(w.by_ref().count(), 10);
-    assert_eq!(w.stop_reason(), StopReason::DepthLimit);
+    let (frames, stop) = walk_with::<X86_64>(x86(CODE + 0x10, STACK, 0), true, &st, code, opts);
+    assert_eq!(frames.len(), 10);
+    assert_eq!(stop, StopReason::DepthLimit);
 }
 
 #[test]
@@ -311,15 +301,8 @@ fn aarch64_ra_in_lr_is_used_in_the_first_frame_only() {
         use_frame_pointers: false,
         ..Default::default()
     };
-    let regions = [(STACK, &st[..])];
-    let mut w: Walker<Aarch64, _, _> = Walker::new(
-        a64(CODE + 0x10, STACK, 0, CODE + 0x104),
-        true,
-        SliceMemory::new(&regions),
-        code,
-        opts,
-    );
-    let frames: Vec<Frame> = w.by_ref().collect();
+    let regs = a64(CODE + 0x10, STACK, 0, CODE + 0x104);
+    let (frames, stop) = walk_with::<Aarch64>(regs, true, &st, code, opts);
     // A leaf before its prologue (CFA = sp): the step keeps sp but takes
     // the return address from x30, once; the same rule in frame 1 is
     // refused, so the walk ends there.
@@ -327,24 +310,17 @@ fn aarch64_ra_in_lr_is_used_in_the_first_frame_only() {
         frames.iter().map(|f| (f.pc, f.sp)).collect::<Vec<_>>(),
         [(CODE + 0x10, STACK), (CODE + 0x104, STACK)]
     );
-    assert_eq!(w.stop_reason(), StopReason::NoValidCaller);
+    assert_eq!(stop, StopReason::NoValidCaller);
     // With a frame, likewise.
     let leaf = row(CfaRule::SpPlus(16), RegRule::SameValue, RegRule::SameValue);
     let code = Fake::a64().row(CODE, CODE + 0x200, leaf);
-    let mut w: Walker<Aarch64, _, _> = Walker::new(
-        a64(CODE + 0x10, STACK, 0, CODE + 0x104),
-        true,
-        SliceMemory::new(&regions),
-        code,
-        opts,
-    );
-    let frames: Vec<Frame> = w.by_ref().collect();
+    let (frames, stop) = walk_with::<Aarch64>(regs, true, &st, code, opts);
     assert_eq!(
         frames.iter().map(|f| f.pc).collect::<Vec<_>>(),
         [CODE + 0x10, CODE + 0x104]
     );
     assert_eq!(
-        w.stop_reason(),
+        stop,
         StopReason::NoValidCaller,
         "RA-in-LR refused in frame 1"
     );
