@@ -111,20 +111,6 @@ pub fn registered_stack() -> Option<(u64, u64)> {
     pthread_stack()
 }
 
-/// The alternate signal stack, if this thread is running on it.
-pub fn current_altstack() -> Option<(u64, u64)> {
-    // SAFETY: sigaltstack with a null new stack only reports the current one.
-    let ss = unsafe {
-        let mut ss: libc::stack_t = core::mem::zeroed();
-        if libc::sigaltstack(core::ptr::null(), &mut ss) != 0 {
-            return None;
-        }
-        ss
-    };
-    (ss.ss_flags & libc::SS_ONSTACK != 0)
-        .then(|| (ss.ss_sp as u64, ss.ss_sp as u64 + ss.ss_size as u64))
-}
-
 // --- Module discovery ---------------------------------------------------------
 
 const PAGE: usize = 16384;

@@ -5,22 +5,20 @@
 pub mod linux;
 #[cfg(target_os = "linux")]
 pub use linux::{
-    current_altstack, read_checked, refresh, register_thread, registered_stack, regs_from_ucontext,
-    write_registers,
+    read_checked, refresh, register_thread, registered_stack, regs_from_ucontext, write_registers,
 };
 
 #[cfg(target_os = "macos")]
 pub mod macos;
 #[cfg(target_os = "macos")]
 pub use macos::{
-    current_altstack, read_checked, refresh, register_thread, registered_stack, regs_from_ucontext,
-    write_registers,
+    read_checked, refresh, register_thread, registered_stack, regs_from_ucontext, write_registers,
 };
 
 mod macho_image;
 mod stack;
 pub use macho_image::macho_module;
-pub use stack::LiveMemory;
+pub use stack::{current_altstack, LiveMemory};
 
 /// The names of AArch64 `x0`..`x30` as crash reports print them.
 #[cfg(all(any(target_os = "linux", target_os = "macos"), target_arch = "aarch64"))]

@@ -4,13 +4,27 @@
 
 use core::cell::Cell;
 
-use super::{current_altstack, read_checked, registered_stack};
+use super::{read_checked, registered_stack};
 use crate::memory::MemoryReader;
 
 const PAGE: u64 = 4096;
 
 /// How far above a walk's starting sp an unregistered stack may be probed.
 const PROBE_LIMIT: u64 = 64 << 20;
+
+/// The alternate signal stack, if this thread is running on it.
+pub fn current_altstack() -> Option<(u64, u64)> {
+    // SAFETY: sigaltstack with a null new stack only reports the current one.
+    let ss = unsafe {
+        let mut ss: libc::stack_t = core::mem::zeroed();
+        if libc::sigaltstack(core::ptr::null(), &mut ss) != 0 {
+            return None;
+        }
+        ss
+    };
+    (ss.ss_flags & libc::SS_ONSTACK != 0)
+        .then(|| (ss.ss_sp as u64, ss.ss_sp as u64 + ss.ss_size as u64))
+}
 
 /// One stack range: `lo..hi` is known readable; `hi` may grow by probing
 /// pages up to `limit`.
