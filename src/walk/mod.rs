@@ -157,37 +157,6 @@ pub trait CodeMap {
     }
 }
 
-impl<C: CodeMap + ?Sized> CodeMap for &C {
-    fn lookup(&self, pc: u64) -> Lookup {
-        (**self).lookup(pc)
-    }
-    fn is_code(&self, addr: u64) -> bool {
-        (**self).is_code(addr)
-    }
-    fn code_range(&self, addr: u64) -> Option<(u64, u64)> {
-        (**self).code_range(addr)
-    }
-    fn read_code(&self, addr: u64, buf: &mut [u8]) -> bool {
-        (**self).read_code(addr, buf)
-    }
-    fn follows_call<A: Arch>(&self, ra: u64) -> bool {
-        (**self).follows_call::<A>(ra)
-    }
-    fn is_known_trampoline(&self, pc: u64) -> bool {
-        (**self).is_known_trampoline(pc)
-    }
-    fn is_sigreturn<A: Arch>(&self, pc: u64) -> bool {
-        (**self).is_sigreturn::<A>(pc)
-    }
-    fn hot_context(&self) -> u64 {
-        (**self).hot_context()
-    }
-    #[inline(always)]
-    fn hot_at(&self, key: u64, context: u64) -> Hot {
-        (**self).hot_at(key, context)
-    }
-}
-
 /// Whether a walk's frames keep the ordering the walker guarantees: each
 /// stack pointer is higher than the one before, except that a frame
 /// reached through a signal frame may be on another stack, and the caller

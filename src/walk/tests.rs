@@ -11,6 +11,7 @@ const STACK: u64 = 0x7fff_0000;
 
 /// Code at CODE..CODE+0x1000 filled with `call rel32` (x86_64) or `bl`
 /// (AArch64) so every 4th/5th byte ends a call; rows per pc range.
+#[derive(Clone)]
 struct Fake {
     code: Vec<u8>,
     rows: Vec<(u64, u64, Row)>,
@@ -97,15 +98,20 @@ fn walk_with<A: Arch>(
     opts: WalkOptions,
 ) -> (Vec<Frame>, StopReason) {
     let regions = [(STACK, st)];
-    let mut w: Walker<A, _, _> =
-        Walker::new(regs, precise, SliceMemory::new(&regions), &code, opts);
+    let mut w: Walker<A, _, _> = Walker::new(
+        regs,
+        precise,
+        SliceMemory::new(&regions),
+        code.clone(),
+        opts,
+    );
     let frames: Vec<Frame> = w.by_ref().collect();
     let general = WalkOptions {
         fast_path: false,
         ..opts
     };
     let mut g: Walker<A, _, _> =
-        Walker::new(regs, precise, SliceMemory::new(&regions), &code, general);
+        Walker::new(regs, precise, SliceMemory::new(&regions), code, general);
     assert_eq!(g.by_ref().collect::<Vec<_>>(), frames);
     assert_eq!(g.stop_reason(), w.stop_reason());
     (frames, w.stop_reason())
