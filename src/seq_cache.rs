@@ -1,15 +1,6 @@
-//! A direct-mapped cache of `W` words per key, in static memory, shared by
-//! every thread and safe in signal handlers: no lock, no allocation, no
-//! waiting. The per-pc caches ([`crate::rule_cache`],
-//! [`crate::step_cache`]) are instances of it.
-//!
-//! Each entry is a sequence lock: a writer claims it by making its sequence
-//! word odd (and gives up if another writer holds it), writes the key and
-//! the words, then publishes an even sequence word that also carries the
-//! module table's generation. A reader takes the entry only if the sequence
-//! word is even, of its generation, and unchanged after reading, so a torn
-//! entry reads as a miss and a refresh of the module table (a new
-//! generation) invalidates every entry at once.
+//! A direct-mapped cache of `W` words per key, in static memory: the
+//! sequence-locked store behind the per-pc caches ([`crate::rule_cache`],
+//! whose documentation gives the protocol, and [`crate::step_cache`]).
 
 use core::sync::atomic::{fence, AtomicU64, Ordering::*};
 
