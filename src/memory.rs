@@ -34,6 +34,12 @@ pub trait MemoryReader {
         self.read(addr, &mut b).then(|| u64::from_ne_bytes(b))
     }
 
+    /// Reads the two native-endian `u64`s at `addr` and `addr + 8` (a
+    /// frame record: saved frame pointer, return address).
+    fn read_u64_pair(&self, addr: u64) -> Option<[u64; 2]> {
+        Some([self.read_u64(addr)?, self.read_u64(addr.checked_add(8)?)?])
+    }
+
     /// Reads a native-endian `u32` at `addr` (any alignment).
     fn read_u32(&self, addr: u64) -> Option<u32> {
         let mut b = [0u8; 4];
@@ -53,6 +59,9 @@ impl<M: MemoryReader + ?Sized> MemoryReader for &M {
     }
     fn read_u64(&self, addr: u64) -> Option<u64> {
         (**self).read_u64(addr)
+    }
+    fn read_u64_pair(&self, addr: u64) -> Option<[u64; 2]> {
+        (**self).read_u64_pair(addr)
     }
 }
 

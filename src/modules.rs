@@ -441,6 +441,16 @@ impl core::ops::Deref for TableGuard {
     }
 }
 
+impl TableGuard {
+    /// A miss of the hot path's cache, out of line so the table behind the
+    /// guard is only looked up then.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn hot_miss(&self, key: u64) -> Hot {
+        (**self).hot_miss(key)
+    }
+}
+
 impl Drop for TableGuard {
     fn drop(&mut self) {
         REGISTRY.readers[self.idx].fetch_sub(1, SeqCst);

@@ -141,6 +141,17 @@ impl MemoryReader for LiveMemory {
         Some(unsafe { core::ptr::read_unaligned(addr as *const u64) })
     }
 
+    /// A frame record: both words under one check.
+    #[inline(always)]
+    fn read_u64_pair(&self, addr: u64) -> Option<[u64; 2]> {
+        let end = addr.checked_add(16)?;
+        if !self.in_first(addr, end) && !self.readable(addr, end) {
+            return None;
+        }
+        // SAFETY: as in `read`: the range lies in this thread's stack.
+        Some(unsafe { core::ptr::read_unaligned(addr as *const [u64; 2]) })
+    }
+
     /// The known-readable part of each stack: never code.
     #[inline]
     fn is_stack(&self, addr: u64) -> bool {

@@ -8,8 +8,10 @@
 //! changes a walk's result, only its cost (`tests.rs` walks every case
 //! both ways).
 
+use crate::arch::Arch;
 use crate::formats::sframe::{CfaRule, RegRule};
-use crate::walk::Lookup;
+use crate::memory::MemoryReader;
+use crate::walk::{sp_exact, CodeMap, Frame, Lookup, Method};
 
 /// An SFrame row reduced to what the hot path applies: `cfa = (fp | sp) +
 /// cfa_off`, the return address at `cfa + ra_off`, the frame pointer at
@@ -71,6 +73,11 @@ const OUTSIDE: u64 = 1;
 const NO_INFO: u64 = 2;
 const SLOW: u64 = 3;
 const RULE: u64 = 4;
+/// A rule of the frame-pointer link's shape (`cfa = fp + 16`, return
+/// address at `cfa - 8`, frame pointer at `cfa - 16`): its own kind, so the
+/// walk recognises it from word 0 alone and computes the reads from the
+/// frame pointer without waiting for the cached offsets.
+const FP_RULE: u64 = 5;
 
 impl Hot {
     /// Not in known code.
@@ -95,7 +102,10 @@ impl Hot {
             Some(o) => (1, o),
             None => (0, 0),
         };
-        let w0 = RULE
+        let fp_shaped =
+            r.cfa_fp && r.cfa_off == 16 && r.ra_off == -8 && matches!(r.fp_off, Some(-16));
+        let kind = if fp_shaped { FP_RULE } else { RULE };
+        let w0 = kind
             | (r.cfa_fp as u64) << 4
             | (r.mangled_ra as u64) << 5
             | fp_saved << 6
@@ -113,7 +123,7 @@ impl Hot {
         match self.w0 & 0xf {
             OUTSIDE => HotKind::Outside,
             NO_INFO => HotKind::NoInfo,
-            RULE => HotKind::Rule,
+            RULE | FP_RULE => HotKind::Rule,
             _ => HotKind::Slow,
         }
     }
@@ -121,7 +131,7 @@ impl Hot {
     /// Whether this is a rule the hot path applies.
     #[inline(always)]
     pub fn is_rule(self) -> bool {
-        self.w0 & 0xf == RULE
+        matches!(self.w0 & 0xf, RULE | FP_RULE)
     }
 
     /// Whether this pc lies outside known code.
@@ -134,7 +144,7 @@ impl Hot {
     /// code, no row or rows not used).
     #[inline(always)]
     pub fn is_code_without_trampoline(self) -> bool {
-        matches!(self.w0 & 0xf, NO_INFO | RULE)
+        matches!(self.w0 & 0xf, NO_INFO | RULE | FP_RULE)
     }
 
     /// The rule, for a [`HotKind::Rule`] answer.
@@ -189,9 +199,6 @@ impl Hot {
         }
     }
 
-    /// The frame-pointer link as an answer ([`FRAME_POINTER`]).
-    pub(crate) const FRAME_POINTER_LINK: Hot = Hot::from_rule(FRAME_POINTER);
-
     /// For a rule: the CFA is based on the frame pointer.
     #[inline(always)]
     pub(crate) fn cfa_fp(self) -> bool {
@@ -240,6 +247,224 @@ impl Hot {
     }
 }
 
+/// The hot path's view of the pending frame: what [`run`] carries from one
+/// frame to the next and hands back.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct State {
+    /// The pending frame, not yet written.
+    pub frame: Frame,
+    /// Its frame pointer.
+    pub fp: u64,
+    /// The answer for its lookup pc.
+    pub here: Hot,
+}
+
+/// What one step does with an answer, by its kind and the walk's options:
+/// what [`crate::walk::Walker::step`] would try first.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// The frame record at fp, as an SFrame row says.
+    RecordRow,
+    /// The frame record at fp, as a frame-pointer link.
+    RecordLink,
+    /// Any other row.
+    Row,
+    /// Left to the general step.
+    Stop,
+}
+
+#[inline(always)]
+fn step_for<const TABLES: bool, const FP: bool>(here: Hot) -> Step {
+    match here.w0 & 0xf {
+        FP_RULE if TABLES => Step::RecordRow,
+        RULE if TABLES => Step::Row,
+        NO_INFO | RULE | FP_RULE if FP => Step::RecordLink,
+        _ => Step::Stop,
+    }
+}
+
+/// Writes frames into `out` for as long as the hot path finds their
+/// callers, leaving `state` at the first frame it does not step (always
+/// at most `out.len()` frames). Each step is one that
+/// [`crate::walk::Walker::step`] would take first, with the same reads and
+/// the same checks of the caller, so the frames are those the general step
+/// gives.
+pub(crate) fn run<A: Arch, M: MemoryReader, C: CodeMap>(
+    mem: &M,
+    code: &C,
+    opts: (bool, bool),
+    state: &mut State,
+    out: &mut [Frame],
+) -> usize {
+    match opts {
+        (true, true) => run_with::<A, M, C, true, true>(mem, code, state, out),
+        (true, false) => run_with::<A, M, C, true, false>(mem, code, state, out),
+        (false, true) => run_with::<A, M, C, false, true>(mem, code, state, out),
+        (false, false) => 0,
+    }
+}
+
+#[inline(never)]
+fn run_with<A: Arch, M: MemoryReader, C: CodeMap, const TABLES: bool, const FP: bool>(
+    mem: &M,
+    code: &C,
+    state: &mut State,
+    out: &mut [Frame],
+) -> usize {
+    let context = code.hot_context();
+    let mut n = 0;
+    loop {
+        let (k, missed) =
+            run_cached::<A, M, C, TABLES, FP>(mem, code, context, state, &mut out[n..]);
+        n += k;
+        // The caller whose answer was not cached: look it up, then take
+        // the step as the inner loop would have.
+        let Some((caller, fp)) = missed else {
+            return n;
+        };
+        let next = code.hot_at(caller.lookup_pc(), context);
+        if next.is_outside() {
+            return n;
+        }
+        out[n] = state.frame;
+        n += 1;
+        *state = State {
+            frame: caller,
+            fp,
+            here: next,
+        };
+    }
+}
+
+/// [`run`]'s inner loop, which calls nothing: it takes answers from the
+/// cache only, and returns the caller (and its frame pointer) whose answer
+/// it lacks, with `state` still at the frame before it.
+#[inline(never)]
+fn run_cached<A: Arch, M: MemoryReader, C: CodeMap, const TABLES: bool, const FP: bool>(
+    mem: &M,
+    code: &C,
+    context: u64,
+    state: &mut State,
+    out: &mut [Frame],
+) -> (usize, Option<(Frame, u64)>) {
+    let State {
+        frame: first,
+        mut fp,
+        mut here,
+    } = *state;
+    // The loop writes every frame as a return address (`precise` false)
+    // and mends the first one after. Its pc is carried as the return
+    // address whose lookup pc it shares (an exact pc plus one), which is
+    // what a caller's return address is compared with.
+    let mut pc = first.pc.wrapping_add(first.precise as u64);
+    let (mut sp, mut method) = (first.sp, first.method);
+    let mut missed = None;
+    let mut n = 0;
+    while n < out.len() {
+        let (cfa, caller_pc, caller_fp, caller_method);
+        match step_for::<TABLES, FP>(here) {
+            step @ (Step::RecordRow | Step::RecordLink) => {
+                // The frame record at fp: both reads depend on fp alone, so
+                // the next frame's need not wait for this frame's probe.
+                let link = step == Step::RecordLink;
+                if link && (fp % 8 != 0 || fp < sp) {
+                    break;
+                }
+                let Some([saved_fp, ra]) = mem.read_u64_pair(fp) else {
+                    break;
+                };
+                cfa = fp.wrapping_add(16);
+                caller_fp = saved_fp;
+                caller_pc = if link || here.mangled_ra() {
+                    A::strip_pac(ra)
+                } else {
+                    ra
+                };
+                caller_method = if link {
+                    Method::FramePointer
+                } else {
+                    Method::SFrame
+                };
+            }
+            Step::Row => {
+                if !here.cfa_fp() && !sp_exact::<A>(method) {
+                    break;
+                }
+                cfa = (if here.cfa_fp() { fp } else { sp }).wrapping_add(here.cfa_off());
+                let Some(ra) = mem.read_u64(cfa.wrapping_add(here.ra_off())) else {
+                    break;
+                };
+                caller_fp = match here.fp_off() {
+                    Some(o) => match mem.read_u64(cfa.wrapping_add(o)) {
+                        Some(v) => v,
+                        None => break,
+                    },
+                    None => fp,
+                };
+                caller_pc = if here.mangled_ra() {
+                    A::strip_pac(ra)
+                } else {
+                    ra
+                };
+                caller_method = Method::SFrame;
+            }
+            Step::Stop => break,
+        }
+        if caller_pc == 0 || cfa <= sp {
+            break;
+        }
+        // A recursion repeats its return address, and so its answer.
+        let next = if caller_pc == pc {
+            here
+        } else {
+            match code.hot_cached(caller_pc - 1, context) {
+                Some(h) => h,
+                None => {
+                    missed = Some((
+                        Frame {
+                            pc: caller_pc,
+                            sp: cfa,
+                            precise: false,
+                            method: caller_method,
+                        },
+                        caller_fp,
+                    ));
+                    break;
+                }
+            }
+        };
+        if next.is_outside() {
+            break;
+        }
+        out[n] = Frame {
+            pc,
+            sp,
+            precise: false,
+            method,
+        };
+        n += 1;
+        (pc, sp, fp, method) = (caller_pc, cfa, caller_fp, caller_method);
+        here = next;
+    }
+    if n == 0 {
+        state.fp = fp;
+        state.here = here;
+        return (0, missed);
+    }
+    out[0] = first;
+    *state = State {
+        frame: Frame {
+            pc,
+            sp,
+            precise: false,
+            method,
+        },
+        fp,
+        here,
+    };
+    (n, missed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -286,6 +511,25 @@ mod tests {
         let hot = Hot::classify(&Lookup::SFrame(signed), false);
         assert!(hot.cfa_fp() && hot.mangled_ra() && hot.fp_off().is_none());
         assert_eq!(Hot::from_words(hot.pack()), hot);
+    }
+
+    #[test]
+    fn each_kind_takes_the_step_the_general_path_would_try_first() {
+        let record = Hot::from_rule(FRAME_POINTER);
+        let mut other = FRAME_POINTER;
+        other.cfa_off = 32;
+        let row = Hot::from_rule(other);
+        assert_eq!(record.kind(), HotKind::Rule);
+        let cases = [record, row, Hot::NO_INFO, Hot::OUTSIDE, Hot::SLOW];
+        let with = |f: fn(Hot) -> Step| cases.map(f);
+        use Step::*;
+        assert!(
+            with(step_for::<true, true>) == [RecordRow, Row, RecordLink, Stop, Stop],
+            "tables, then frame pointers"
+        );
+        assert!(with(step_for::<true, false>) == [RecordRow, Row, Stop, Stop, Stop]);
+        // Without tables every row of known code is a frame-pointer link.
+        assert!(with(step_for::<false, true>) == [RecordLink, RecordLink, RecordLink, Stop, Stop]);
     }
 
     #[test]

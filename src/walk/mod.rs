@@ -147,6 +147,14 @@ pub trait CodeMap {
         self.hot_uncached(key)
     }
 
+    /// [`CodeMap::hot_at`] when the answer is at hand without a search
+    /// (cached); `None` sends the hot path out of its inner loop to call
+    /// [`CodeMap::hot_at`]. The default always answers.
+    #[inline(always)]
+    fn hot_cached(&self, key: u64, context: u64) -> Option<Hot> {
+        Some(self.hot_at(key, context))
+    }
+
     /// [`CodeMap::lookup`] at `key`, classified for the hot path. A pc at
     /// or just before a known trampoline (`key` is `ra - 1` for a return
     /// address) is always left to the general step.
@@ -170,6 +178,16 @@ pub fn sp_order_holds(frames: &[Frame]) -> bool {
             || w[1].sp > w[0].sp
             || (from_register_ok && w[1].sp == w[0].sp)
     })
+}
+
+/// Whether a frame found by `method` has an exact stack pointer, not just a
+/// lower bound (left by an AArch64 frame-pointer step or a scan).
+#[inline(always)]
+pub(crate) fn sp_exact<A: Arch>(method: Method) -> bool {
+    match method {
+        Method::FramePointer | Method::Scan => A::FP_STEP_GIVES_CFA,
+        _ => true,
+    }
 }
 
 /// A code map for walking a captured stack: copies of code regions, SFrame
@@ -305,9 +323,6 @@ pub struct Walker<A: Arch, M, C> {
     /// The current frame may hold its return address in a register: it is
     /// frame 0 or was interrupted by a signal.
     ra_in_register_ok: bool,
-    /// The current frame's sp is exact (not just a lower bound left by an
-    /// AArch64 frame-pointer step or a scan).
-    sp_exact: bool,
     /// Frames found by scanning in a row, up to the current one.
     scans_in_a_row: usize,
     /// The executable range the last accepted return address fell in.
@@ -338,7 +353,6 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             pending: Some(first),
             depth: 0,
             ra_in_register_ok: true,
-            sp_exact: true,
             scans_in_a_row: 0,
             last_code: core::cell::Cell::new((0, 0)),
             reached_by_fp: false,
@@ -446,92 +460,37 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
         let Some(first) = self.pending else {
             return 0;
         };
-        let (use_tables, use_fp) = (self.opts.use_tables, self.opts.use_frame_pointers);
         let limit = out.len().min(
             self.opts
                 .max_depth
                 .saturating_sub(1)
                 .saturating_sub(self.depth),
         );
-        // The current frame, in registers: a fast step changes only the
-        // pc, sp and fp, so the rest of the register set is set once, at
-        // the end.
-        let (mut pc, mut sp, mut fp) = (first.pc, first.sp, A::fp(&self.regs));
-        let (mut precise, mut method) = (first.precise, first.method);
-        let mut sp_exact = self.sp_exact;
-        let mut hot = self.next_hot.take();
-        let context = self.code.hot_context();
-        let mut n = 0;
-        while n < limit {
-            let here = match hot {
-                Some(h) => h,
-                None => self
-                    .code
-                    .hot_at(if precise { pc } else { pc.wrapping_sub(1) }, context),
-            };
-            let (rule, next_method) = if use_tables && here.is_rule() {
-                (here, Method::SFrame)
-            } else if use_fp && here.is_code_without_trampoline() {
-                (Hot::FRAME_POINTER_LINK, Method::FramePointer)
-            } else {
-                break;
-            };
-            if next_method == Method::FramePointer {
-                if fp % 8 != 0 || fp < sp {
-                    break;
-                }
-            } else if !rule.cfa_fp() && !sp_exact {
-                break;
-            }
-            let cfa = (if rule.cfa_fp() { fp } else { sp }).wrapping_add(rule.cfa_off());
-            let Some(ra) = self.mem.read_u64(cfa.wrapping_add(rule.ra_off())) else {
-                break;
-            };
-            let caller_fp = match rule.fp_off() {
-                Some(o) => match self.mem.read_u64(cfa.wrapping_add(o)) {
-                    Some(v) => v,
-                    None => break,
-                },
-                None => fp,
-            };
-            let caller_pc = if rule.mangled_ra() {
-                A::strip_pac(ra)
-            } else {
-                ra
-            };
-            if caller_pc == 0 || cfa <= sp {
-                break;
-            }
-            let next = self.code.hot_at(caller_pc - 1, context);
-            if next.is_outside() {
-                break;
-            }
-            out[n] = Frame {
-                pc,
-                sp,
-                precise,
-                method,
-            };
-            n += 1;
-            (pc, sp, fp) = (caller_pc, cfa, caller_fp);
-            (precise, method) = (false, next_method);
-            sp_exact = next_method == Method::SFrame || A::FP_STEP_GIVES_CFA;
-            hot = Some(next);
-        }
+        let here = match self.next_hot.take() {
+            Some(h) => h,
+            None => self.code.hot_at(first.lookup_pc(), self.code.hot_context()),
+        };
+        let mut state = fast::State {
+            frame: first,
+            fp: A::fp(&self.regs),
+            here,
+        };
+        let n = fast::run::<A, M, C>(
+            &self.mem,
+            &self.code,
+            (self.opts.use_tables, self.opts.use_frame_pointers),
+            &mut state,
+            &mut out[..limit],
+        );
         if n > 0 {
+            let f = state.frame;
             self.depth += n;
-            self.regs = A::caller(&self.regs, pc, sp, fp);
-            self.pending = Some(Frame {
-                pc,
-                sp,
-                precise,
-                method,
-            });
-            self.sp_exact = sp_exact;
+            self.regs = A::caller(&self.regs, f.pc, f.sp, state.fp);
+            self.pending = Some(f);
             self.ra_in_register_ok = false;
-            self.reached_by_fp = method == Method::FramePointer;
+            self.reached_by_fp = f.method == Method::FramePointer;
             self.scans_in_a_row = 0;
-            self.next_hot = hot;
+            self.next_hot = Some(state.here);
         }
         n
     }
@@ -574,7 +533,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
                         return Err(StopReason::Outermost);
                     }
                     let sp_based = matches!(row.cfa, CfaRule::SpPlus(_));
-                    if !self.sp_exact && sp_based {
+                    if !sp_exact::<A>(cur.method) && sp_based {
                         if let Some(next) = self.step_sframe_inexact_sp(&row, cur) {
                             return Ok((next, Method::SFrame, false));
                         }
@@ -715,10 +674,6 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
                     self.scans_in_a_row + 1
                 } else {
                     0
-                };
-                self.sp_exact = match method {
-                    Method::FramePointer | Method::Scan => A::FP_STEP_GIVES_CFA,
-                    _ => true,
                 };
                 self.pending = Some(Frame {
                     pc: A::pc(&regs),

@@ -100,9 +100,34 @@ pub fn walk_synthetic(data: &[u8]) {
         ..WalkOptions::default()
     };
     let precise = h[6] & 1 != 0;
-    /// Walks from `regs` three ways: the iterator (its frames must keep the
-    /// sp order and its reads stay bounded), the general step alone and
-    /// `fill`, which must all agree.
+    /// The same code map, but with a cache that lacks every other answer,
+    /// so the hot path leaves its inner loop to look them up.
+    #[derive(Clone, Copy)]
+    struct HalfCached<'a>(SnapshotCode<'a>);
+    impl stackmark::walk::CodeMap for HalfCached<'_> {
+        fn lookup(&self, pc: u64) -> stackmark::walk::Lookup {
+            self.0.lookup(pc)
+        }
+        fn is_code(&self, addr: u64) -> bool {
+            self.0.is_code(addr)
+        }
+        fn read_code(&self, addr: u64, buf: &mut [u8]) -> bool {
+            self.0.read_code(addr, buf)
+        }
+        fn is_known_trampoline(&self, pc: u64) -> bool {
+            self.0.is_known_trampoline(pc)
+        }
+        fn is_sigreturn<A: stackmark::arch::Arch>(&self, pc: u64) -> bool {
+            self.0.is_sigreturn::<A>(pc)
+        }
+        fn hot_cached(&self, key: u64, context: u64) -> Option<stackmark::walk::fast::Hot> {
+            (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 63 == 0).then(|| self.hot_at(key, context))
+        }
+    }
+    /// Walks from `regs` four ways: the iterator (its frames must keep the
+    /// sp order and its reads stay bounded), the general step alone,
+    /// `fill`, and `fill` with half the hot path's answers uncached, which
+    /// must all agree.
     fn walk_all_ways<A: stackmark::arch::Arch>(
         regs: A::Regs,
         precise: bool,
@@ -129,6 +154,10 @@ pub fn walk_synthetic(data: &[u8]) {
         let mut buf = [stackmark::Frame::default(); 64];
         let n = Walker::<A, _, _>::new(regs, precise, mem, map, opts).fill(&mut buf);
         assert_eq!(&buf[..n], &frames[..], "fill and the iterator agree");
+        let mut half = Walker::<A, _, _>::new(regs, precise, mem, HalfCached(map), opts);
+        let n = half.fill(&mut buf);
+        assert_eq!(&buf[..n], &frames[..], "cache misses change nothing");
+        assert_eq!(half.stop_reason(), g.stop_reason());
     }
     if h[6] & 2 == 0 {
         let regs = X64 {
