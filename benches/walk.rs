@@ -9,8 +9,8 @@
 //! * `framehop`: framehop 0.16 with this binary's `.eh_frame` registered.
 //!
 //! Plus: the module table (`init`), a full markup report of 64 frames with
-//! every module, and a cold walk (both per-pc caches emptied before each
-//! walk).
+//! every module, and a cold walk (the per-pc caches and the remembered
+//! scans emptied before each walk).
 //! libunwind is measured by `benches/libunwind.rs`, a binary of its own,
 //! because linking it replaces glibc's `backtrace`.
 //!
@@ -152,6 +152,7 @@ mod bench {
                         || {
                             stackmark::rule_cache::clear();
                             stackmark::step_cache::clear();
+                            stackmark::scan_cache::clear();
                         },
                         |_| {
                             stackmark::walk_from(regs, precise, WalkOptions::default(), &mut frames)

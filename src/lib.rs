@@ -17,6 +17,7 @@ pub mod memory;
 pub mod modules;
 pub mod os;
 pub mod rule_cache;
+pub mod scan_cache;
 mod seq_cache;
 pub mod step_cache;
 pub mod walk;

@@ -53,6 +53,16 @@ impl CodeMap for TableGuard {
     fn is_sigreturn<A: Arch>(&self, pc: u64) -> bool {
         (**self).is_sigreturn::<A>(pc)
     }
+    fn recall_scan(
+        &self,
+        start: u64,
+        words: &mut [u64; crate::walk::SCAN_MEMO_WORDS],
+    ) -> Option<usize> {
+        (**self).recall_scan(start, words)
+    }
+    fn remember_scan(&self, start: u64, words: &[u64]) {
+        (**self).remember_scan(start, words)
+    }
 }
 
 /// Why [`init`] failed.

@@ -86,6 +86,8 @@ pub struct Module {
     pub(crate) sframe_copy: (usize, usize),
     /// Lowest and highest executable addresses, for quick rejection.
     text: (u64, u64),
+    /// The module can never be unloaded, so its code is read directly.
+    pinned: bool,
 }
 
 impl Module {
@@ -107,6 +109,7 @@ impl Module {
         compact: None,
         sframe_copy: (0, 0),
         text: (u64::MAX, 0),
+        pinned: false,
     };
 
     /// The module's path (its tail, if it was longer than [`MAX_NAME`]).
@@ -163,6 +166,29 @@ impl Module {
                 .any(|s| s.executable() && s.contains(addr))
     }
 
+    /// Whether the module can never be unloaded (the main program, the
+    /// dynamic linker, the vDSO, what they depend on, `DF_1_NODELETE`
+    /// objects): the walk then reads its code directly, without a checked
+    /// read's system call.
+    pub fn pinned(&self) -> bool {
+        self.pinned
+    }
+
+    /// Marks the module as one that can never be unloaded ([`Module::pinned`]).
+    /// Only the module discovery, which knows, may say so.
+    #[cfg(target_os = "linux")]
+    pub(crate) fn pin(&mut self) {
+        self.pinned = true;
+    }
+
+    /// The executable segment holding `addr`, as `[start, end)`.
+    pub fn code_segment(&self, addr: u64) -> Option<(u64, u64)> {
+        self.segments()
+            .iter()
+            .find(|s| s.executable() && s.contains(addr))
+            .map(|s| (s.start, s.start.saturating_add(s.size)))
+    }
+
     /// Whether `addr` lies in any segment of the module.
     pub fn contains(&self, addr: u64) -> bool {
         self.segments().iter().any(|s| s.contains(addr))
@@ -201,6 +227,12 @@ impl Table {
     /// The modules, in discovery order.
     pub fn modules(&self) -> &[Module] {
         &self.modules[..self.count]
+    }
+
+    /// The modules, for the module discovery to finish them.
+    #[cfg(target_os = "linux")]
+    pub(crate) fn modules_mut(&mut self) -> &mut [Module] {
+        &mut self.modules[..self.count]
     }
 
     /// Modules left out because the table was full.
@@ -353,19 +385,45 @@ impl CodeMap for Table {
     }
 
     fn code_range(&self, addr: u64) -> Option<(u64, u64)> {
-        let m = self.module_for_code(addr)?;
-        m.segments()
-            .iter()
-            .find(|s| s.executable() && s.contains(addr))
-            .map(|s| (s.start, s.start.saturating_add(s.size)))
+        self.module_for_code(addr)?.code_segment(addr)
     }
 
+    /// A pinned module's code directly; anything else through a checked
+    /// read, since its library may have been unloaded since the refresh.
     fn read_code(&self, addr: u64, buf: &mut [u8]) -> bool {
-        let end = addr.wrapping_add(buf.len() as u64).wrapping_sub(1);
-        match self.module_for_code(addr) {
-            Some(m) if buf.is_empty() || m.is_code(end) => crate::os::read_checked(addr, buf),
-            _ => false,
+        let Some(m) = self.module_for_code(addr) else {
+            return false;
+        };
+        let Some((_, seg_end)) = m.code_segment(addr) else {
+            return false;
+        };
+        if addr
+            .checked_add(buf.len() as u64)
+            .is_none_or(|end| end > seg_end)
+        {
+            return false;
         }
+        if m.pinned {
+            // SAFETY: `addr..addr + len` lies in one executable segment of a
+            // module that is never unloaded, so it stays mapped and readable.
+            unsafe {
+                core::ptr::copy_nonoverlapping(addr as *const u8, buf.as_mut_ptr(), buf.len())
+            };
+            return true;
+        }
+        crate::os::read_checked(addr, buf)
+    }
+
+    fn recall_scan(
+        &self,
+        start: u64,
+        words: &mut [u64; crate::walk::SCAN_MEMO_WORDS],
+    ) -> Option<usize> {
+        crate::scan_cache::get(start, self.generation, words)
+    }
+
+    fn remember_scan(&self, start: u64, words: &[u64]) {
+        crate::scan_cache::put(start, self.generation, words);
     }
 
     /// Remembered in the rule cache: stack scanning asks this of the same

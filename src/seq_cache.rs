@@ -1,6 +1,7 @@
 //! A direct-mapped cache of `W` words per key, in static memory: the
 //! sequence-locked store behind the per-pc caches ([`crate::rule_cache`],
-//! whose documentation gives the protocol, and [`crate::step_cache`]).
+//! whose documentation gives the protocol, and [`crate::step_cache`]) and
+//! the remembered scans ([`crate::scan_cache`]).
 
 use core::sync::atomic::{fence, AtomicU64, Ordering::*};
 
@@ -48,14 +49,29 @@ impl<const N: usize, const W: usize> SeqCache<N, W> {
     /// any. Generation 0 never hits (the empty entries carry it).
     #[inline(always)]
     pub(crate) fn get(&self, key: u64, generation: u64) -> Option<[u64; W]> {
+        self.get_with(key, generation, |words| {
+            core::array::from_fn(|i| words[i].load(Relaxed))
+        })
+    }
+
+    /// What `read` makes of the words cached for `key` in generation
+    /// `generation`, if any: `read` may see a torn entry, but its result is
+    /// returned only if the entry did not change meanwhile.
+    #[inline(always)]
+    pub(crate) fn get_with<R>(
+        &self,
+        key: u64,
+        generation: u64,
+        read: impl FnOnce(&[AtomicU64; W]) -> R,
+    ) -> Option<R> {
         let e = self.slot(key);
         let s1 = e.seq.load(Acquire);
         if s1 & 1 != 0 || s1 >> 32 != generation & LOW || e.key.load(Relaxed) != key {
             return None;
         }
-        let w = core::array::from_fn(|i| e.words[i].load(Relaxed));
+        let r = read(&e.words);
         fence(Acquire);
-        (e.seq.load(Relaxed) == s1).then_some(w)
+        (e.seq.load(Relaxed) == s1).then_some(r)
     }
 
     /// Remembers `words` for `key` in table generation `generation`. Gives

@@ -2,8 +2,8 @@
 //! while others walk through it, get sampled by signals, and walk from pcs
 //! in the library after it is gone (a stale table). No walk may touch an
 //! unloaded module's memory: SFrame data is copied into the table's own
-//! memory at refresh and code is only read through checked reads, so the
-//! process must not fault.
+//! memory at refresh and the code of a library that can be unloaded is only
+//! read through checked reads, so the process must not fault.
 //!
 //! `STACKMARK_CHURN_SECS` sets the duration (default 3; the full run is 60).
 

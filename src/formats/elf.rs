@@ -15,6 +15,8 @@ use super::cursor::{u16_at, u32_at, u64_at, Cursor};
 pub const PT_LOAD: u32 = 1;
 /// `PT_NOTE`.
 pub const PT_NOTE: u32 = 4;
+/// `PT_DYNAMIC`.
+pub const PT_DYNAMIC: u32 = 2;
 /// `PT_GNU_EH_FRAME`.
 pub const PT_GNU_EH_FRAME: u32 = 0x6474_e550;
 /// `PT_GNU_SFRAME`: the merged `.sframe` section made by GNU ld.
@@ -65,6 +67,66 @@ pub struct ProgramHeader {
     pub filesz: u64,
     /// `p_memsz`.
     pub memsz: u64,
+}
+
+/// What the walk needs from a dynamic section (`PT_DYNAMIC`): which
+/// libraries the object depends on and whether it may ever be unloaded.
+/// String values are offsets into the string table at `strtab`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dynamic {
+    /// `DT_STRTAB`: the string table's address, as stored (the loader may
+    /// have relocated it in memory).
+    pub strtab: Option<u64>,
+    /// `DT_SONAME`: the object's own name.
+    pub soname: Option<u64>,
+    needed: [u64; MAX_NEEDED],
+    needed_count: usize,
+    /// `DT_FLAGS_1` has `DF_1_NODELETE`: the loader never unloads it.
+    pub nodelete: bool,
+}
+
+/// The most `DT_NEEDED` entries [`Dynamic`] keeps; later ones are dropped.
+pub const MAX_NEEDED: usize = 32;
+
+const DT_NULL: u64 = 0;
+const DT_NEEDED: u64 = 1;
+const DT_STRTAB: u64 = 5;
+const DT_SONAME: u64 = 14;
+const DT_FLAGS_1: u64 = 0x6fff_fffb;
+const DF_1_NODELETE: u64 = 8;
+
+impl Dynamic {
+    /// Reads the `Elf64_Dyn` entries of `data` up to `DT_NULL` (or its
+    /// end).
+    pub fn parse(data: &[u8]) -> Dynamic {
+        let mut d = Dynamic {
+            strtab: None,
+            soname: None,
+            needed: [0; MAX_NEEDED],
+            needed_count: 0,
+            nodelete: false,
+        };
+        let mut c = Cursor::new(data);
+        while let (Some(tag), Some(val)) = (c.u64(), c.u64()) {
+            match tag {
+                DT_NULL => break,
+                DT_NEEDED if d.needed_count < MAX_NEEDED => {
+                    d.needed[d.needed_count] = val;
+                    d.needed_count += 1;
+                }
+                DT_STRTAB => d.strtab = Some(val),
+                DT_SONAME => d.soname = Some(val),
+                DT_FLAGS_1 => d.nodelete = val & DF_1_NODELETE != 0,
+                _ => {}
+            }
+        }
+        d
+    }
+
+    /// The `DT_NEEDED` string offsets, in order.
+    pub fn needed(&self) -> &[u64] {
+        &self.needed[..self.needed_count]
+    }
 }
 
 /// Size of one `Elf64_Phdr`.

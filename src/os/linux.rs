@@ -4,13 +4,13 @@
 
 use core::cell::Cell;
 use core::ffi::{c_int, c_void, CStr};
-use core::sync::atomic::{AtomicU8, Ordering::Relaxed};
+use core::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
 
 use crate::formats::elf::{
-    self, ElfFile, ProgramHeader, PHDR_SIZE, PT_GNU_SFRAME, PT_LOAD, PT_NOTE,
+    self, Dynamic, ElfFile, ProgramHeader, PHDR_SIZE, PT_DYNAMIC, PT_GNU_SFRAME, PT_LOAD, PT_NOTE,
 };
 use crate::formats::sframe::SFrame;
-use crate::modules::{self, Module, RefreshError, Segment, Table};
+use crate::modules::{self, Module, RefreshError, Segment, Table, MAX_MODULES};
 
 const PAGE: u64 = 4096;
 
@@ -56,6 +56,15 @@ fn pipe_read(addr: u64, buf: &mut [u8]) -> bool {
 
 /// Copies `buf.len()` bytes from `addr` in this process, returning `false`
 /// instead of faulting when any of them is unmapped or unreadable. It uses
+static CHECKED_READS: AtomicU64 = AtomicU64::new(0);
+
+/// How many checked reads ([`read_checked`]) the process has made: each
+/// costs one or more system calls. Walks read the code of pinned modules
+/// ([`crate::modules::Module::pinned`]) without them.
+pub fn checked_reads() -> u64 {
+    CHECKED_READS.load(Relaxed)
+}
+
 /// `process_vm_readv` on the process itself: one system call,
 /// async-signal-safe. Where that call is refused (seccomp filters,
 /// qemu-user), it copies through a pipe instead.
@@ -63,6 +72,7 @@ pub fn read_checked(addr: u64, buf: &mut [u8]) -> bool {
     if buf.is_empty() {
         return true;
     }
+    CHECKED_READS.fetch_add(1, Relaxed);
     if VM_READ.load(Relaxed) == 2 {
         return pipe_read(addr, buf);
     }
@@ -236,6 +246,128 @@ struct Fill<'a> {
     new: &'a mut Table,
     old: &'a Table,
     exe: &'a CStr,
+    deps: &'a mut Deps,
+}
+
+/// The most `DT_NEEDED` names remembered over all modules in one refresh.
+const MAX_DEP_NAMES: usize = 2048;
+
+/// What a refresh learns of each module's dependencies, to find the
+/// modules that can never be unloaded: the main program, the dynamic
+/// linker, the vDSO and `DF_1_NODELETE` objects (the roots), and
+/// everything they depend on, which the loader keeps while they live.
+/// Names are kept as 64-bit hashes.
+struct Deps {
+    /// Per module: the hashes of its soname and of its file name.
+    names: [(u64, u64); MAX_MODULES],
+    /// Per module: its `DT_NEEDED` hashes, `needed[first..first + count]`.
+    ranges: [(u16, u16); MAX_MODULES],
+    needed: [u64; MAX_DEP_NAMES],
+    used: usize,
+    pinned: [bool; MAX_MODULES],
+}
+
+impl Deps {
+    fn new() -> Self {
+        Deps {
+            names: [(0, 0); MAX_MODULES],
+            ranges: [(0, 0); MAX_MODULES],
+            needed: [0; MAX_DEP_NAMES],
+            used: 0,
+            pinned: [false; MAX_MODULES],
+        }
+    }
+
+    /// Marks, from the roots, every module some pinned module needs, until
+    /// nothing changes; returns the pinned flags of the first `count`.
+    fn close(&mut self, count: usize) -> &[bool] {
+        let mut changed = true;
+        while changed {
+            changed = false;
+            for i in 0..count {
+                if !self.pinned[i] {
+                    continue;
+                }
+                let (first, n) = self.ranges[i];
+                for k in first as usize..first as usize + n as usize {
+                    let want = self.needed[k];
+                    for j in 0..count {
+                        let (soname, file) = self.names[j];
+                        if !self.pinned[j] && (want == soname || want == file) {
+                            self.pinned[j] = true;
+                            changed = true;
+                        }
+                    }
+                }
+            }
+        }
+        &self.pinned[..count]
+    }
+}
+
+/// FNV-1a: a name's hash for [`Deps`]; 0 stands for no name.
+fn name_hash(name: &[u8]) -> u64 {
+    if name.is_empty() {
+        return 0;
+    }
+    name.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+/// The NUL-terminated string at `addr` inside one of `m`'s readable
+/// segments (at most 4 KiB), while `dl_iterate_phdr` holds `m` loaded.
+fn loaded_str(m: &Module, addr: u64) -> Option<&[u8]> {
+    let s = m
+        .segments()
+        .iter()
+        .find(|s| s.readable() && s.contains(addr))?;
+    let len = (s.start + s.size - addr).min(4096);
+    let bytes = loaded(addr, len)?;
+    bytes.iter().position(|&b| b == 0).map(|n| &bytes[..n])
+}
+
+/// Records `m`'s names and dependencies as module `index`, from its
+/// dynamic section at `dynamic` (inside its segments); `root` says whether
+/// it is pinned whatever depends on it.
+fn record_deps(deps: &mut Deps, index: usize, m: &Module, dynamic: Option<(u64, u64)>, root: bool) {
+    let inside = |addr: u64| {
+        m.segments()
+            .iter()
+            .any(|s| s.readable() && s.contains(addr))
+    };
+    let file = m.name().rsplit(|&b| b == b'/').next().unwrap_or(&[]);
+    let mut soname = 0;
+    let first = deps.used;
+    let mut nodelete = false;
+    let d = dynamic
+        .filter(|&(addr, len)| inside(addr) && inside(addr + len.max(1) - 1))
+        .and_then(|(addr, len)| loaded(addr, len))
+        .map(Dynamic::parse);
+    if let Some(d) = d {
+        nodelete = d.nodelete;
+        // The loader relocates DT_STRTAB in place where the dynamic section
+        // is writable; elsewhere (the vDSO) it is still link-time.
+        let strtab = d
+            .strtab
+            .and_then(|t| [t, t.wrapping_add(m.bias)].into_iter().find(|&a| inside(a)));
+        if let Some(strtab) = strtab {
+            let at = |off: u64| loaded_str(m, strtab.wrapping_add(off));
+            soname = d.soname.and_then(at).map_or(0, name_hash);
+            for &off in d.needed() {
+                if deps.used == MAX_DEP_NAMES {
+                    break;
+                }
+                if let Some(name) = at(off) {
+                    deps.needed[deps.used] = name_hash(name);
+                    deps.used += 1;
+                }
+            }
+        }
+    }
+    deps.names[index] = (soname, name_hash(file));
+    deps.ranges[index] = (first as u16, (deps.used - first) as u16);
+    deps.pinned[index] = root || nodelete;
 }
 
 unsafe extern "C" fn on_object(
@@ -246,16 +378,15 @@ unsafe extern "C" fn on_object(
     // SAFETY: dl_iterate_phdr passes a valid info and our `Fill`.
     let (info, fill) = unsafe { (&*info, &mut *(data as *mut Fill<'_>)) };
     let bias = info.dlpi_addr;
-    let name: &CStr = if info.dlpi_name.is_null() {
+    // SAFETY: dlpi_name, when set, is a NUL-terminated string owned by the
+    // loader.
+    let given = (!info.dlpi_name.is_null()).then(|| unsafe { CStr::from_ptr(info.dlpi_name) });
+    // The main program is listed without a name.
+    let is_main = given.is_none_or(|n| n.is_empty());
+    let name = if is_main {
         fill.exe
     } else {
-        // SAFETY: dlpi_name is a NUL-terminated string owned by the loader.
-        let n = unsafe { CStr::from_ptr(info.dlpi_name) };
-        if n.is_empty() {
-            fill.exe
-        } else {
-            n
-        }
+        given.unwrap_or(c"")
     };
     let mut m = Module::EMPTY;
     m.set_name(name.to_bytes());
@@ -266,6 +397,7 @@ unsafe extern "C" fn on_object(
     )
     .unwrap_or(&[]);
     let mut sframe_at = None;
+    let mut dynamic = None;
     for ph in phdrs
         .chunks_exact(PHDR_SIZE)
         .filter_map(ProgramHeader::parse)
@@ -286,6 +418,7 @@ unsafe extern "C" fn on_object(
                 }
             }
             PT_GNU_SFRAME => sframe_at = Some((start, ph.memsz)),
+            PT_DYNAMIC => dynamic = Some((start, ph.memsz)),
             _ => {}
         }
     }
@@ -309,9 +442,20 @@ unsafe extern "C" fn on_object(
             }
         }
     }
+    let index = fill.new.modules().len();
     if !fill.new.push(m) {
         release_copy(m.sframe_copy);
+        return 0;
     }
+    // SAFETY: getauxval only reads the auxiliary vector.
+    let (vdso, interp) = unsafe {
+        (
+            libc::getauxval(libc::AT_SYSINFO_EHDR),
+            libc::getauxval(libc::AT_BASE),
+        )
+    };
+    let root = is_main || (vdso != 0 && m.contains(vdso)) || (interp != 0 && m.contains(interp));
+    record_deps(fill.deps, index, &m, dynamic, root);
     0
 }
 
@@ -385,9 +529,21 @@ pub fn refresh() -> Result<u64, RefreshError> {
     };
     modules::refresh_with(
         |new, old| {
-            let mut fill = Fill { new, old, exe };
+            let mut deps = Deps::new();
+            let mut fill = Fill {
+                new,
+                old,
+                exe,
+                deps: &mut deps,
+            };
             // SAFETY: the callback only uses `fill` for the duration of the call.
             unsafe { libc::dl_iterate_phdr(Some(on_object), (&mut fill as *mut Fill<'_>).cast()) };
+            let count = new.modules().len();
+            for (m, &pinned) in new.modules_mut().iter_mut().zip(deps.close(count)) {
+                if pinned {
+                    m.pin();
+                }
+            }
             new.finish(0);
             signal_trampolines(new);
         },

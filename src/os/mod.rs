@@ -5,7 +5,8 @@
 pub mod linux;
 #[cfg(target_os = "linux")]
 pub use linux::{
-    read_checked, refresh, register_thread, registered_stack, regs_from_ucontext, write_registers,
+    checked_reads, read_checked, refresh, register_thread, registered_stack, regs_from_ucontext,
+    write_registers,
 };
 
 #[cfg(target_os = "macos")]

@@ -147,6 +147,21 @@ pub trait CodeMap {
         self.hot_uncached(key)
     }
 
+    /// The words a scan from stack address `start` read the last time,
+    /// copied into `words` (the last of them the one it took): their count,
+    /// if remembered. The walk takes that word again only if the stack still
+    /// holds every one of them. The default remembers nothing.
+    fn recall_scan(&self, start: u64, words: &mut [u64; SCAN_MEMO_WORDS]) -> Option<usize> {
+        let _ = (start, words);
+        None
+    }
+
+    /// Remembers the words a scan from `start` read, the last one the one
+    /// it took ([`CodeMap::recall_scan`]). The default forgets them.
+    fn remember_scan(&self, start: u64, words: &[u64]) {
+        let _ = (start, words);
+    }
+
     /// [`CodeMap::hot_at`] when the answer is at hand without a search
     /// (cached); `None` sends the hot path out of its inner loop to call
     /// [`CodeMap::hot_at`]. The default always answers.
@@ -164,6 +179,10 @@ pub trait CodeMap {
         Hot::classify(&self.lookup(key), trampoline)
     }
 }
+
+/// The most words a remembered scan may have read
+/// ([`CodeMap::recall_scan`]).
+pub const SCAN_MEMO_WORDS: usize = 32;
 
 /// Whether a walk's frames keep the ordering the walker guarantees: each
 /// stack pointer is higher than the one before, except that a frame
@@ -599,9 +618,44 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
     /// instruction in known code.
     fn scan_stack(&self, cur: &Frame) -> Option<(A::Regs, Method, bool)> {
         let start = cur.sp.checked_add(7)? & !7;
-        for i in 0..self.opts.scan_words as u64 {
-            let slot = start.checked_add(i * 8)?;
+        let slot = self.recall_scan(start).or_else(|| self.scan_from(start))?;
+        let ra = A::strip_pac(self.mem.read_u64(slot)?);
+        // The word below a return address is often the caller's saved
+        // frame pointer (x86_64 `push rbp`, AArch64 frame records): adopt
+        // it when it points further up the stack, so the walk can resume
+        // by frame pointer.
+        let fp = self
+            .mem
+            .read_u64(slot.wrapping_sub(8))
+            .filter(|&fp| fp > slot && fp % 8 == 0);
+        Some((A::scanned(&self.regs, ra, slot, fp), Method::Scan, false))
+    }
+
+    /// The slot a remembered scan from `start` took, if the stack still
+    /// holds every word it read (then a scan would take it again).
+    fn recall_scan(&self, start: u64) -> Option<u64> {
+        let mut words = [0u64; SCAN_MEMO_WORDS];
+        let n = self.code.recall_scan(start, &mut words)?;
+        if n > self.opts.scan_words {
+            return None;
+        }
+        let same = words[..n]
+            .iter()
+            .enumerate()
+            .all(|(i, &w)| self.mem.read_u64(start + i as u64 * 8) == Some(w));
+        same.then_some(start + (n as u64 - 1) * 8)
+    }
+
+    /// The first slot from `start` up whose word is a return address just
+    /// after a call in known code; remembers the words read on the way.
+    fn scan_from(&self, start: u64) -> Option<u64> {
+        let mut read = [0u64; SCAN_MEMO_WORDS];
+        for i in 0..self.opts.scan_words {
+            let slot = start.checked_add(i as u64 * 8)?;
             let word = self.mem.read_u64(slot)?;
+            if let Some(r) = read.get_mut(i) {
+                *r = word;
+            }
             let ra = A::strip_pac(word);
             // Most stack words are small numbers or point into the stack:
             // neither is code, and both are cheaper to rule out than a
@@ -612,15 +666,10 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             if !self.after_call(ra) {
                 continue;
             }
-            // The word below a return address is often the caller's saved
-            // frame pointer (x86_64 `push rbp`, AArch64 frame records): adopt
-            // it when it points further up the stack, so the walk can resume
-            // by frame pointer.
-            let fp = self
-                .mem
-                .read_u64(slot.wrapping_sub(8))
-                .filter(|&fp| fp > slot && fp % 8 == 0);
-            return Some((A::scanned(&self.regs, ra, slot, fp), Method::Scan, false));
+            if i < SCAN_MEMO_WORDS {
+                self.code.remember_scan(start, &read[..=i]);
+            }
+            return Some(slot);
         }
         None
     }

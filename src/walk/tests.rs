@@ -228,6 +228,70 @@ fn scanning_accepts_only_words_just_after_a_call_and_marks_them_low_trust() {
     assert!(frames[1].method.is_low_trust());
 }
 
+/// [`Fake`] that remembers scans, as the module table does, and counts
+/// the scans it recalls.
+struct Remembering {
+    code: Fake,
+    scans: std::cell::RefCell<Vec<(u64, Vec<u64>)>>,
+    recalled: std::cell::Cell<usize>,
+}
+
+impl CodeMap for &Remembering {
+    fn lookup(&self, pc: u64) -> Lookup {
+        self.code.lookup(pc)
+    }
+    fn is_code(&self, addr: u64) -> bool {
+        self.code.is_code(addr)
+    }
+    fn read_code(&self, addr: u64, buf: &mut [u8]) -> bool {
+        self.code.read_code(addr, buf)
+    }
+    fn recall_scan(&self, start: u64, words: &mut [u64; SCAN_MEMO_WORDS]) -> Option<usize> {
+        let scans = self.scans.borrow();
+        let (_, w) = scans.iter().find(|s| s.0 == start)?;
+        words[..w.len()].copy_from_slice(w);
+        self.recalled.set(self.recalled.get() + 1);
+        Some(w.len())
+    }
+    fn remember_scan(&self, start: u64, words: &[u64]) {
+        let mut scans = self.scans.borrow_mut();
+        scans.retain(|s| s.0 != start);
+        scans.push((start, words.to_vec()));
+    }
+}
+
+#[test]
+fn a_remembered_scan_is_taken_again_only_while_the_stack_holds_its_words() {
+    let memo = Remembering {
+        code: Fake::x86(),
+        scans: Default::default(),
+        recalled: Default::default(),
+    };
+    let walk = |st: &[u8]| {
+        let regions = [(STACK, st)];
+        let mem = SliceMemory::new(&regions);
+        let regs = x86(CODE + 0x10, STACK, 3);
+        let w: Walker<X86_64, _, _> = Walker::new(regs, true, mem, &memo, WalkOptions::default());
+        let frames: Vec<Frame> = w.collect();
+        let fresh = walk::<X86_64>(regs, true, st, Fake::x86()).0;
+        assert_eq!(frames, fresh, "remembering changes no walk");
+        frames
+    };
+    let mut words = [CODE + 0x13, 0x1234, CODE + 0x55, 0];
+    let first = walk(&stack(&words));
+    assert_eq!(first[1].pc, CODE + 0x55);
+    assert_eq!(memo.recalled.get(), 0);
+    assert_eq!(memo.scans.borrow()[0], (STACK, words[..3].to_vec()));
+    assert_eq!(walk(&stack(&words)), first);
+    assert_eq!(memo.recalled.get(), 1, "the second walk recalls the scan");
+    // A word below the one taken now holds a return address: the scan
+    // must find it, not the remembered one.
+    words[1] = CODE + 0x0a;
+    let changed = walk(&stack(&words));
+    assert_eq!(changed[1].pc, CODE + 0x0a);
+    assert_eq!(changed[1].sp, STACK + 16);
+}
+
 #[test]
 fn a_zero_return_address_ends_the_walk() {
     let code = Fake::x86().row(

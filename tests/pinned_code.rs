@@ -1,0 +1,151 @@
+//! Pinned modules: the main program, the dynamic linker, the vDSO and what
+//! they depend on can never be unloaded, so walks read their code directly;
+//! a library loaded with `dlopen` can be, so its code is only read through
+//! checked reads. The dependencies come from each module's dynamic section,
+//! checked here against `readelf -d`.
+
+#![cfg(target_os = "linux")]
+
+use std::ffi::CString;
+use std::process::Command;
+
+use stackmark::formats::elf::{Dynamic, ElfFile};
+use stackmark::modules::Module;
+use stackmark::walk::CodeMap;
+use stackmark::Frame;
+use stackmark_fixtures as fx;
+
+fn file_name(m: &Module) -> String {
+    let name = String::from_utf8_lossy(m.name()).into_owned();
+    name.rsplit('/').next().unwrap_or_default().to_owned()
+}
+
+#[test]
+fn the_program_and_what_it_needs_are_pinned_and_a_dlopened_library_is_not() {
+    stackmark::init().unwrap();
+    let table = stackmark::modules::current().unwrap();
+    let mods = table.modules();
+    assert!(mods[0].pinned(), "the main program");
+    let libc = mods.iter().find(|m| file_name(m) == "libc.so.6");
+    assert!(
+        libc.is_some_and(|m| m.pinned()),
+        "libc, which the program needs"
+    );
+    // Under qemu-user there may be no vDSO.
+    let vdso = mods.iter().find(|m| file_name(m).starts_with("linux-vdso"));
+    assert!(vdso.is_none_or(|m| m.pinned()), "the vDSO");
+    // The dynamic linker: its name varies by architecture.
+    assert!(mods
+        .iter()
+        .any(|m| file_name(m).starts_with("ld-linux") && m.pinned()));
+    drop(table);
+
+    let path = CString::new(fx::DLOPEN_LIB).unwrap();
+    // SAFETY: loading the fixture library, which has no constructors that
+    // matter here; it is closed below.
+    let h = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW) };
+    assert!(!h.is_null());
+    stackmark::refresh().unwrap();
+    let table = stackmark::modules::current().unwrap();
+    let lib = table
+        .modules()
+        .iter()
+        .find(|m| m.name() == fx::DLOPEN_LIB.as_bytes())
+        .copied()
+        .expect("the library is listed");
+    assert!(!lib.pinned(), "a dlopened library can be unloaded");
+    // Its code goes through a checked read; the program's does not.
+    let code = |m: &Module| {
+        let s = m.segments().iter().find(|s| s.executable()).unwrap();
+        s.start + 16
+    };
+    let mut buf = [0u8; 8];
+    let before = stackmark::os::checked_reads();
+    assert!(table.read_code(code(&table.modules()[0]), &mut buf));
+    assert_eq!(stackmark::os::checked_reads(), before);
+    assert!(table.read_code(code(&lib), &mut buf));
+    assert_eq!(stackmark::os::checked_reads(), before + 1);
+    drop(table);
+    // SAFETY: the handle came from dlopen above.
+    unsafe { libc::dlclose(h) };
+    stackmark::refresh().unwrap();
+}
+
+#[test]
+fn a_cold_walk_through_pinned_code_makes_no_checked_reads() {
+    stackmark::init().unwrap();
+    let mut frames = [Frame::default(); 128];
+    let (mut n, mut reads) = (0, u64::MAX);
+    fx::at_depth(8, &mut || {
+        stackmark::rule_cache::clear();
+        stackmark::step_cache::clear();
+        stackmark::scan_cache::clear();
+        let before = stackmark::os::checked_reads();
+        // Without frame pointers, the Rust frames below the recursion are
+        // found by scanning, which asks of each candidate whether a call
+        // precedes it: a read of the program's code.
+        let (regs, precise) = stackmark::capture_here();
+        let opts = stackmark::WalkOptions {
+            use_frame_pointers: false,
+            ..Default::default()
+        };
+        n = stackmark::walk_from(regs, precise, opts, &mut frames);
+        reads = stackmark::os::checked_reads() - before;
+    });
+    let methods: Vec<_> = frames[..n].iter().map(|f| f.method).collect();
+    assert!(n >= 3, "{methods:?}");
+    assert!(methods.contains(&stackmark::Method::Scan), "{methods:?}");
+    assert_eq!(reads, 0, "{methods:?}");
+}
+
+/// `readelf -d`'s `(NEEDED)` lines for `path`; `None` where readelf cannot
+/// open it (under qemu-user, the guest's library paths are not the host's).
+fn readelf_needed(path: &str) -> Option<Vec<String>> {
+    let out = Command::new("readelf").args(["-d", path]).output().unwrap();
+    out.status.success().then(|| {
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.contains("(NEEDED)"))
+            .filter_map(|l| Some(l.split('[').nth(1)?.trim_end_matches(']').to_owned()))
+            .collect()
+    })
+}
+
+#[test]
+fn dynamic_section_needs_and_soname_match_readelf() {
+    stackmark::init().unwrap();
+    let table = stackmark::modules::current().unwrap();
+    let mut checked = 0;
+    for m in table.modules() {
+        let path = String::from_utf8_lossy(m.name()).into_owned();
+        let Ok(data) = std::fs::read(&path) else {
+            continue;
+        };
+        let elf = ElfFile::parse(&data).unwrap();
+        let (Some(dynamic), Some(dynstr)) = (
+            elf.section_by_name(b".dynamic"),
+            elf.section_by_name(b".dynstr"),
+        ) else {
+            continue;
+        };
+        let d = Dynamic::parse(elf.section_data(&dynamic).unwrap());
+        let strings = elf.section_data(&dynstr).unwrap();
+        let at = |off: u64| {
+            let s = &strings[off as usize..];
+            String::from_utf8_lossy(&s[..s.iter().position(|&b| b == 0).unwrap()]).into_owned()
+        };
+        let needed: Vec<String> = d.needed().iter().map(|&o| at(o)).collect();
+        let Some(want) = readelf_needed(&path) else {
+            continue;
+        };
+        assert_eq!(needed, want, "{path}");
+        if file_name(m).starts_with("libc.so") {
+            assert_eq!(d.soname.map(at).as_deref(), Some("libc.so.6"));
+            assert!(!d.nodelete);
+        }
+        checked += 1;
+    }
+    // The program at least; on the host, libc and the dynamic linker too.
+    let least = if cfg!(target_arch = "x86_64") { 3 } else { 1 };
+    assert!(checked >= least, "{checked} modules checked");
+}
