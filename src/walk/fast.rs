@@ -32,7 +32,8 @@ pub struct FastRule {
 
 /// A frame-pointer link as a rule, the same on both architectures: the
 /// record `[fp] = caller's fp`, `[fp + 8] = return address` (PAC bits
-/// stripped on AArch64), and the caller's sp is `fp + 16`.
+/// stripped on AArch64), and the caller's sp is `fp + 16`. Rows of this
+/// shape get their own kind, which the hot loop steps from fp alone.
 pub const FRAME_POINTER: FastRule = FastRule {
     cfa_fp: true,
     cfa_off: 16,
@@ -102,8 +103,12 @@ impl Hot {
             Some(o) => (1, o),
             None => (0, 0),
         };
-        let fp_shaped =
-            r.cfa_fp && r.cfa_off == 16 && r.ra_off == -8 && matches!(r.fp_off, Some(-16));
+        // The frame-pointer link's shape, whatever the PAC flag.
+        let link = FRAME_POINTER;
+        let fp_shaped = r.cfa_fp == link.cfa_fp
+            && r.cfa_off == link.cfa_off
+            && r.ra_off == link.ra_off
+            && matches!((r.fp_off, link.fp_off), (Some(a), Some(b)) if a == b);
         let kind = if fp_shaped { FP_RULE } else { RULE };
         let w0 = kind
             | (r.cfa_fp as u64) << 4
@@ -128,23 +133,10 @@ impl Hot {
         }
     }
 
-    /// Whether this is a rule the hot path applies.
-    #[inline(always)]
-    pub fn is_rule(self) -> bool {
-        matches!(self.w0 & 0xf, RULE | FP_RULE)
-    }
-
     /// Whether this pc lies outside known code.
     #[inline(always)]
     pub fn is_outside(self) -> bool {
         self.w0 & 0xf == OUTSIDE
-    }
-
-    /// Whether a frame-pointer step may be taken here when no rule is (known
-    /// code, no row or rows not used).
-    #[inline(always)]
-    pub fn is_code_without_trampoline(self) -> bool {
-        matches!(self.w0 & 0xf, NO_INFO | RULE | FP_RULE)
     }
 
     /// The rule, for a [`HotKind::Rule`] answer.
@@ -289,17 +281,20 @@ fn step_for<const TABLES: bool, const FP: bool>(here: Hot) -> Step {
 /// [`crate::walk::Walker::step`] would take first, with the same reads and
 /// the same checks of the caller, so the frames are those the general step
 /// gives.
+/// `context` is the code map's [`CodeMap::hot_context`]; `opts` says
+/// whether tables and frame pointers are used.
 pub(crate) fn run<A: Arch, M: MemoryReader, C: CodeMap>(
     mem: &M,
     code: &C,
+    context: u64,
     opts: (bool, bool),
     state: &mut State,
     out: &mut [Frame],
 ) -> usize {
     match opts {
-        (true, true) => run_with::<A, M, C, true, true>(mem, code, state, out),
-        (true, false) => run_with::<A, M, C, true, false>(mem, code, state, out),
-        (false, true) => run_with::<A, M, C, false, true>(mem, code, state, out),
+        (true, true) => run_with::<A, M, C, true, true>(mem, code, context, state, out),
+        (true, false) => run_with::<A, M, C, true, false>(mem, code, context, state, out),
+        (false, true) => run_with::<A, M, C, false, true>(mem, code, context, state, out),
         (false, false) => 0,
     }
 }
@@ -308,10 +303,10 @@ pub(crate) fn run<A: Arch, M: MemoryReader, C: CodeMap>(
 fn run_with<A: Arch, M: MemoryReader, C: CodeMap, const TABLES: bool, const FP: bool>(
     mem: &M,
     code: &C,
+    context: u64,
     state: &mut State,
     out: &mut [Frame],
 ) -> usize {
-    let context = code.hot_context();
     let mut n = 0;
     loop {
         let (k, missed) =
@@ -446,22 +441,20 @@ fn run_cached<A: Arch, M: MemoryReader, C: CodeMap, const TABLES: bool, const FP
         (pc, sp, fp, method) = (caller_pc, cfa, caller_fp, caller_method);
         here = next;
     }
-    if n == 0 {
-        state.fp = fp;
-        state.here = here;
-        return (0, missed);
+    // Without a step, nothing moved and `state` stays as it was.
+    if n > 0 {
+        out[0] = first;
+        *state = State {
+            frame: Frame {
+                pc,
+                sp,
+                precise: false,
+                method,
+            },
+            fp,
+            here,
+        };
     }
-    out[0] = first;
-    *state = State {
-        frame: Frame {
-            pc,
-            sp,
-            precise: false,
-            method,
-        },
-        fp,
-        here,
-    };
     (n, missed)
 }
 

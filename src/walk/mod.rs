@@ -485,9 +485,10 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
                 .saturating_sub(1)
                 .saturating_sub(self.depth),
         );
+        let context = self.code.hot_context();
         let here = match self.next_hot.take() {
             Some(h) => h,
-            None => self.code.hot_at(first.lookup_pc(), self.code.hot_context()),
+            None => self.code.hot_at(first.lookup_pc(), context),
         };
         let mut state = fast::State {
             frame: first,
@@ -497,6 +498,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
         let n = fast::run::<A, M, C>(
             &self.mem,
             &self.code,
+            context,
             (self.opts.use_tables, self.opts.use_frame_pointers),
             &mut state,
             &mut out[..limit],
