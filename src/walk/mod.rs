@@ -339,15 +339,10 @@ pub struct Walker<A: Arch, M, C> {
     /// The current frame, not yet returned (`None` once returned).
     pending: Option<Frame>,
     depth: usize,
-    /// The current frame may hold its return address in a register: it is
-    /// frame 0 or was interrupted by a signal.
-    ra_in_register_ok: bool,
     /// Frames found by scanning in a row, up to the current one.
     scans_in_a_row: usize,
     /// The executable range the last accepted return address fell in.
     last_code: core::cell::Cell<(u64, u64)>,
-    /// The current frame was found by following the frame-pointer chain.
-    reached_by_fp: bool,
     /// The hot path's answer for the pending frame's lookup pc, found when
     /// it accepted that frame.
     next_hot: Option<Hot>,
@@ -371,10 +366,8 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             opts,
             pending: Some(first),
             depth: 0,
-            ra_in_register_ok: true,
             scans_in_a_row: 0,
             last_code: core::cell::Cell::new((0, 0)),
-            reached_by_fp: false,
             next_hot: None,
             stop: StopReason::Running,
         }
@@ -508,8 +501,6 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             self.depth += n;
             self.regs = A::caller(&self.regs, f.pc, f.sp, state.fp);
             self.pending = Some(f);
-            self.ra_in_register_ok = false;
-            self.reached_by_fp = f.method == Method::FramePointer;
             self.scans_in_a_row = 0;
             self.next_hot = Some(state.here);
         }
@@ -519,6 +510,9 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
     /// One step from `cur` to its caller.
     fn step(&mut self, cur: &Frame) -> Result<(A::Regs, Method, bool), StopReason> {
         let regs = self.regs;
+        // Frame 0 and a frame interrupted by a signal may still hold their
+        // return address in a register.
+        let ra_in_register_ok = matches!(cur.method, Method::Context | Method::SignalFrame);
         let key = cur.lookup_pc();
         let lookup = if self.opts.use_tables {
             self.code.lookup(key)
@@ -559,8 +553,8 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
                             return Ok((next, Method::SFrame, false));
                         }
                     } else {
-                        let ra_in_register = row.ra == RegRule::SameValue && self.ra_in_register_ok;
-                        match A::step_sframe(&row, &regs, &self.mem, self.ra_in_register_ok) {
+                        let ra_in_register = row.ra == RegRule::SameValue && ra_in_register_ok;
+                        match A::step_sframe(&row, &regs, &self.mem, ra_in_register_ok) {
                             Ok(next) if A::pc(&next) == 0 => {
                                 return Err(StopReason::ReturnAddressZero)
                             }
@@ -580,7 +574,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
                         stack: &self.mem,
                         code: &self.code,
                     };
-                    let ok = self.ra_in_register_ok;
+                    let ok = ra_in_register_ok;
                     // DWARF and null encodings, and broken frames, fall
                     // through to frame pointers.
                     match A::step_compact(encoding, func_start, &regs, &mem, ok) {
@@ -610,7 +604,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
         // A frame pointer of 0 reached through the frame-pointer chain is
         // the ABI's end marker (`_start` and new threads clear it): this is
         // the outermost frame, and scanning past it only finds stale words.
-        if self.reached_by_fp && A::fp(&regs) == 0 {
+        if cur.method == Method::FramePointer && A::fp(&regs) == 0 {
             return Err(StopReason::Outermost);
         }
         self.scan_stack(cur).ok_or(StopReason::NoValidCaller)
@@ -719,8 +713,6 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
         match self.step(&cur) {
             Ok((regs, method, precise)) => {
                 self.regs = regs;
-                self.ra_in_register_ok = method == Method::SignalFrame;
-                self.reached_by_fp = method == Method::FramePointer;
                 self.scans_in_a_row = if method == Method::Scan {
                     self.scans_in_a_row + 1
                 } else {
