@@ -614,8 +614,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
     /// instruction in known code.
     fn scan_stack(&self, cur: &Frame) -> Option<(A::Regs, Method, bool)> {
         let start = cur.sp.checked_add(7)? & !7;
-        let slot = self.recall_scan(start).or_else(|| self.scan_from(start))?;
-        let ra = A::strip_pac(self.mem.read_u64(slot)?);
+        let (slot, word) = self.recall_scan(start).or_else(|| self.scan_from(start))?;
         // The word below a return address is often the caller's saved
         // frame pointer (x86_64 `push rbp`, AArch64 frame records): adopt
         // it when it points further up the stack, so the walk can resume
@@ -624,30 +623,33 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             .mem
             .read_u64(slot.wrapping_sub(8))
             .filter(|&fp| fp > slot && fp % 8 == 0);
+        let ra = A::strip_pac(word);
         Some((A::scanned(&self.regs, ra, slot, fp), Method::Scan, false))
     }
 
-    /// The slot a remembered scan from `start` took, if the stack still
-    /// holds every word it read (then a scan would take it again).
-    fn recall_scan(&self, start: u64) -> Option<u64> {
+    /// The slot (and its word) a remembered scan from `start` took, if the
+    /// stack still holds every word it read: a scan would take it again.
+    fn recall_scan(&self, start: u64) -> Option<(u64, u64)> {
         let mut words = [0u64; SCAN_MEMO_WORDS];
         let n = self.code.recall_scan(start, &mut words)?;
-        if n > self.opts.scan_words {
+        if n == 0 || n > self.opts.scan_words {
             return None;
         }
-        let same = words[..n]
-            .iter()
-            .enumerate()
-            .all(|(i, &w)| self.mem.read_u64(start + i as u64 * 8) == Some(w));
-        same.then_some(start + (n as u64 - 1) * 8)
+        for (i, &w) in words[..n].iter().enumerate() {
+            if self.mem.read_u64(scan_slot(start, i)?) != Some(w) {
+                return None;
+            }
+        }
+        Some((scan_slot(start, n - 1)?, words[n - 1]))
     }
 
-    /// The first slot from `start` up whose word is a return address just
-    /// after a call in known code; remembers the words read on the way.
-    fn scan_from(&self, start: u64) -> Option<u64> {
+    /// The first slot from `start` up (and its word) whose word is a return
+    /// address just after a call in known code; remembers the words read on
+    /// the way.
+    fn scan_from(&self, start: u64) -> Option<(u64, u64)> {
         let mut read = [0u64; SCAN_MEMO_WORDS];
         for i in 0..self.opts.scan_words {
-            let slot = start.checked_add(i as u64 * 8)?;
+            let slot = scan_slot(start, i)?;
             let word = self.mem.read_u64(slot)?;
             if let Some(r) = read.get_mut(i) {
                 *r = word;
@@ -665,10 +667,15 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             if i < SCAN_MEMO_WORDS {
                 self.code.remember_scan(start, &read[..=i]);
             }
-            return Some(slot);
+            return Some((slot, word));
         }
         None
     }
+}
+
+/// The `i`th stack word of a scan from `start`.
+fn scan_slot(start: u64, i: usize) -> Option<u64> {
+    start.checked_add((i as u64).checked_mul(8)?)
 }
 
 /// Reads the stack, and known code where the stack reader declines: a
