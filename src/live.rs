@@ -23,17 +23,13 @@ impl CodeMap for TableGuard {
     fn hot_context(&self) -> u64 {
         (**self).hot_context()
     }
-    /// A hit needs only the static cache, not the table behind the guard.
     #[inline(always)]
     fn hot_at(&self, key: u64, context: u64) -> Hot {
-        match crate::step_cache::get(key, context) {
-            Some(hit) => hit,
-            None => self.hot_miss(key),
-        }
+        (**self).hot_at(key, context)
     }
     #[inline(always)]
     fn hot_cached(&self, key: u64, context: u64) -> Option<Hot> {
-        crate::step_cache::get(key, context)
+        (**self).hot_cached(key, context)
     }
     fn is_code(&self, addr: u64) -> bool {
         (**self).is_code(addr)

@@ -319,6 +319,7 @@ impl Table {
 impl Table {
     /// A miss of the hot path's cache: classify, then remember.
     #[cold]
+    #[inline(never)]
     fn hot_miss(&self, key: u64) -> Hot {
         let hot = self.hot_uncached(key);
         crate::step_cache::put(key, self.generation, hot);
@@ -372,10 +373,17 @@ impl CodeMap for Table {
     /// classifies the (cached) lookup and remembers the answer.
     #[inline(always)]
     fn hot_at(&self, key: u64, generation: u64) -> Hot {
-        if let Some(hit) = crate::step_cache::get(key, generation) {
-            return hit;
+        match self.hot_cached(key, generation) {
+            Some(hit) => hit,
+            None => self.hot_miss(key),
         }
-        self.hot_miss(key)
+    }
+
+    /// The hot path's cache alone, keyed by the generation passed in (the
+    /// table is not read).
+    #[inline(always)]
+    fn hot_cached(&self, key: u64, generation: u64) -> Option<Hot> {
+        crate::step_cache::get(key, generation)
     }
 
     /// A binary search over a handful of text ranges: cheaper than a
@@ -488,24 +496,16 @@ pub(crate) static REGISTRY: Registry = Registry {
 /// A pinned, published table. While it lives, no refresh reuses its memory.
 pub struct TableGuard {
     idx: usize,
+    /// The pinned table, resolved once: the walk dereferences the guard for
+    /// every lookup. It is only handed out as a borrow of the guard.
+    table: &'static Table,
 }
 
 impl core::ops::Deref for TableGuard {
     type Target = Table;
+    #[inline(always)]
     fn deref(&self) -> &Table {
-        // SAFETY: the reader count pinned by this guard keeps refreshes from
-        // writing this table until the guard is dropped.
-        unsafe { &*REGISTRY.tables[self.idx].get() }
-    }
-}
-
-impl TableGuard {
-    /// A miss of the hot path's cache, out of line so the table behind the
-    /// guard is only looked up then.
-    #[cold]
-    #[inline(never)]
-    pub(crate) fn hot_miss(&self, key: u64) -> Hot {
-        (**self).hot_miss(key)
+        self.table
     }
 }
 
@@ -531,7 +531,11 @@ pub fn current() -> Option<TableGuard> {
         }
         REGISTRY.readers[idx].fetch_add(1, SeqCst);
         if REGISTRY.active.load(SeqCst) == idx {
-            return Some(TableGuard { idx });
+            // SAFETY: the reader count just pinned keeps refreshes from
+            // writing this table until the guard is dropped, and the guard
+            // lends the reference out no longer than it lives.
+            let table = unsafe { &*REGISTRY.tables[idx].get() };
+            return Some(TableGuard { idx, table });
         }
         // A refresh switched tables in between: unpin and retry.
         REGISTRY.readers[idx].fetch_sub(1, SeqCst);
