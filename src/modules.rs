@@ -158,12 +158,7 @@ impl Module {
 
     /// Whether `addr` lies in an executable segment.
     pub fn is_code(&self, addr: u64) -> bool {
-        addr >= self.text.0
-            && addr < self.text.1
-            && self
-                .segments()
-                .iter()
-                .any(|s| s.executable() && s.contains(addr))
+        addr >= self.text.0 && addr < self.text.1 && self.code_segment(addr).is_some()
     }
 
     /// Whether the module can never be unloaded (the main program, the
