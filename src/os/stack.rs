@@ -116,40 +116,47 @@ impl LiveMemory {
     }
 }
 
+impl LiveMemory {
+    /// Whether `addr..addr + len` may be read: the first region's known
+    /// part at once, else every region, probing pages.
+    #[inline(always)]
+    fn covers(&self, addr: u64, len: u64) -> bool {
+        addr.checked_add(len)
+            .is_some_and(|end| self.in_first(addr, end) || self.readable(addr, end))
+    }
+
+    /// One value of `T` at `addr` (any alignment), without a byte copy loop.
+    #[inline(always)]
+    fn load<T: Copy>(&self, addr: u64) -> Option<T> {
+        if !self.covers(addr, core::mem::size_of::<T>() as u64) {
+            return None;
+        }
+        // SAFETY: `covers` established that the range lies in this thread's
+        // stack, which stays mapped while the thread runs this code.
+        Some(unsafe { core::ptr::read_unaligned(addr as *const T) })
+    }
+}
+
 impl MemoryReader for LiveMemory {
     fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
-        let Some(end) = addr.checked_add(buf.len() as u64) else {
-            return false;
-        };
-        if !self.in_first(addr, end) && !self.readable(addr, end) {
+        if !self.covers(addr, buf.len() as u64) {
             return false;
         }
-        // SAFETY: `readable` established that `addr..end` lies in this
-        // thread's stack, which stays mapped while the thread runs this code.
+        // SAFETY: as in `load`: the range lies in this thread's stack.
         unsafe { core::ptr::copy_nonoverlapping(addr as *const u8, buf.as_mut_ptr(), buf.len()) };
         true
     }
 
-    /// The hot read of the walk: one word, without a byte copy loop.
+    /// The hot read of the walk.
     #[inline(always)]
     fn read_u64(&self, addr: u64) -> Option<u64> {
-        let end = addr.checked_add(8)?;
-        if !self.in_first(addr, end) && !self.readable(addr, end) {
-            return None;
-        }
-        // SAFETY: as in `read`: the range lies in this thread's stack.
-        Some(unsafe { core::ptr::read_unaligned(addr as *const u64) })
+        self.load(addr)
     }
 
     /// A frame record: both words under one check.
     #[inline(always)]
     fn read_u64_pair(&self, addr: u64) -> Option<[u64; 2]> {
-        let end = addr.checked_add(16)?;
-        if !self.in_first(addr, end) && !self.readable(addr, end) {
-            return None;
-        }
-        // SAFETY: as in `read`: the range lies in this thread's stack.
-        Some(unsafe { core::ptr::read_unaligned(addr as *const [u64; 2]) })
+        self.load(addr)
     }
 
     /// The known-readable part of each stack: never code.
