@@ -54,8 +54,6 @@ fn pipe_read(addr: u64, buf: &mut [u8]) -> bool {
     }
 }
 
-/// Copies `buf.len()` bytes from `addr` in this process, returning `false`
-/// instead of faulting when any of them is unmapped or unreadable. It uses
 static CHECKED_READS: AtomicU64 = AtomicU64::new(0);
 
 /// How many checked reads ([`read_checked`]) the process has made: each
@@ -65,6 +63,8 @@ pub fn checked_reads() -> u64 {
     CHECKED_READS.load(Relaxed)
 }
 
+/// Copies `buf.len()` bytes from `addr` in this process, returning `false`
+/// instead of faulting when any of them is unmapped or unreadable. It uses
 /// `process_vm_readv` on the process itself: one system call,
 /// async-signal-safe. Where that call is refused (seccomp filters,
 /// qemu-user), it copies through a pipe instead.
