@@ -247,6 +247,9 @@ struct Fill<'a> {
     old: &'a Table,
     exe: &'a CStr,
     deps: &'a mut Deps,
+    /// `AT_SYSINFO_EHDR` and `AT_BASE`: where the vDSO and the dynamic
+    /// linker are mapped.
+    vdso_and_interp: (u64, u64),
 }
 
 /// The most `DT_NEEDED` names remembered over all modules in one refresh.
@@ -278,34 +281,35 @@ impl Deps {
         }
     }
 
+    /// Whether module `i` needs a module with these name hashes.
+    fn needs(&self, i: usize, (soname, file): (u64, u64)) -> bool {
+        let (first, n) = self.ranges[i];
+        self.needed[first as usize..][..n as usize]
+            .iter()
+            .any(|&h| h == soname || h == file)
+    }
+
     /// Marks, from the roots, every module some pinned module needs, until
     /// nothing changes; returns the pinned flags of the first `count`.
     fn close(&mut self, count: usize) -> &[bool] {
-        let mut changed = true;
-        while changed {
-            changed = false;
-            for i in 0..count {
-                if !self.pinned[i] {
-                    continue;
-                }
-                let (first, n) = self.ranges[i];
-                for k in first as usize..first as usize + n as usize {
-                    let want = self.needed[k];
-                    for j in 0..count {
-                        let (soname, file) = self.names[j];
-                        if !self.pinned[j] && (want == soname || want == file) {
-                            self.pinned[j] = true;
-                            changed = true;
-                        }
-                    }
+        loop {
+            let mut changed = false;
+            for j in 0..count {
+                let needed = |i: usize| self.pinned[i] && self.needs(i, self.names[j]);
+                if !self.pinned[j] && (0..count).any(needed) {
+                    self.pinned[j] = true;
+                    changed = true;
                 }
             }
+            if !changed {
+                return &self.pinned[..count];
+            }
         }
-        &self.pinned[..count]
     }
 }
 
-/// FNV-1a: a name's hash for [`Deps`]; 0 stands for no name.
+/// FNV-1a: a name's hash for [`Deps`]; 0 stands for no name, and is never
+/// recorded as needed, so nameless modules match nothing.
 fn name_hash(name: &[u8]) -> u64 {
     if name.is_empty() {
         return 0;
@@ -315,42 +319,46 @@ fn name_hash(name: &[u8]) -> u64 {
     })
 }
 
+/// The end of `m`'s readable segment holding `addr`.
+fn readable_end(m: &Module, addr: u64) -> Option<u64> {
+    m.segments()
+        .iter()
+        .find(|s| s.readable() && s.contains(addr))
+        .map(|s| s.start + s.size)
+}
+
 /// The NUL-terminated string at `addr` inside one of `m`'s readable
 /// segments (at most 4 KiB), while `dl_iterate_phdr` holds `m` loaded.
 fn loaded_str(m: &Module, addr: u64) -> Option<&[u8]> {
-    let s = m
-        .segments()
-        .iter()
-        .find(|s| s.readable() && s.contains(addr))?;
-    let len = (s.start + s.size - addr).min(4096);
+    let len = (readable_end(m, addr)? - addr).min(4096);
     let bytes = loaded(addr, len)?;
     bytes.iter().position(|&b| b == 0).map(|n| &bytes[..n])
 }
 
 /// Records `m`'s names and dependencies as module `index`, from its
-/// dynamic section at `dynamic` (inside its segments); `root` says whether
-/// it is pinned whatever depends on it.
+/// dynamic section at `dynamic`; `root` says whether it is pinned whatever
+/// depends on it.
 fn record_deps(deps: &mut Deps, index: usize, m: &Module, dynamic: Option<(u64, u64)>, root: bool) {
-    let inside = |addr: u64| {
-        m.segments()
-            .iter()
-            .any(|s| s.readable() && s.contains(addr))
-    };
     let file = m.name().rsplit(|&b| b == b'/').next().unwrap_or(&[]);
     let mut soname = 0;
     let first = deps.used;
     let mut nodelete = false;
     let d = dynamic
-        .filter(|&(addr, len)| inside(addr) && inside(addr + len.max(1) - 1))
+        .filter(|&(addr, len)| {
+            let end = readable_end(m, addr);
+            end.is_some_and(|end| addr.checked_add(len).is_some_and(|e| e <= end))
+        })
         .and_then(|(addr, len)| loaded(addr, len))
         .map(Dynamic::parse);
     if let Some(d) = d {
         nodelete = d.nodelete;
         // The loader relocates DT_STRTAB in place where the dynamic section
         // is writable; elsewhere (the vDSO) it is still link-time.
-        let strtab = d
-            .strtab
-            .and_then(|t| [t, t.wrapping_add(m.bias)].into_iter().find(|&a| inside(a)));
+        let strtab = d.strtab.and_then(|t| {
+            [t, t.wrapping_add(m.bias)]
+                .into_iter()
+                .find(|&a| readable_end(m, a).is_some())
+        });
         if let Some(strtab) = strtab {
             let at = |off: u64| loaded_str(m, strtab.wrapping_add(off));
             soname = d.soname.and_then(at).map_or(0, name_hash);
@@ -358,8 +366,9 @@ fn record_deps(deps: &mut Deps, index: usize, m: &Module, dynamic: Option<(u64, 
                 if deps.used == MAX_DEP_NAMES {
                     break;
                 }
-                if let Some(name) = at(off) {
-                    deps.needed[deps.used] = name_hash(name);
+                let hash = at(off).map_or(0, name_hash);
+                if hash != 0 {
+                    deps.needed[deps.used] = hash;
                     deps.used += 1;
                 }
             }
@@ -447,13 +456,7 @@ unsafe extern "C" fn on_object(
         release_copy(m.sframe_copy);
         return 0;
     }
-    // SAFETY: getauxval only reads the auxiliary vector.
-    let (vdso, interp) = unsafe {
-        (
-            libc::getauxval(libc::AT_SYSINFO_EHDR),
-            libc::getauxval(libc::AT_BASE),
-        )
-    };
+    let (vdso, interp) = fill.vdso_and_interp;
     let root = is_main || (vdso != 0 && m.contains(vdso)) || (interp != 0 && m.contains(interp));
     record_deps(fill.deps, index, &m, dynamic, root);
     0
@@ -530,11 +533,19 @@ pub fn refresh() -> Result<u64, RefreshError> {
     modules::refresh_with(
         |new, old| {
             let mut deps = Deps::new();
+            // SAFETY: getauxval only reads the auxiliary vector.
+            let vdso_and_interp = unsafe {
+                (
+                    libc::getauxval(libc::AT_SYSINFO_EHDR),
+                    libc::getauxval(libc::AT_BASE),
+                )
+            };
             let mut fill = Fill {
                 new,
                 old,
                 exe,
                 deps: &mut deps,
+                vdso_and_interp,
             };
             // SAFETY: the callback only uses `fill` for the duration of the call.
             unsafe { libc::dl_iterate_phdr(Some(on_object), (&mut fill as *mut Fill<'_>).cast()) };
@@ -651,6 +662,60 @@ pub unsafe fn write_registers<S: crate::markup::Sink>(
 #[cfg(test)]
 mod tests {
     use core::mem::offset_of;
+
+    use super::{record_deps, Deps};
+    use crate::formats::elf::PF_R;
+    use crate::modules::{Module, Segment};
+
+    /// A module named `name` whose one readable segment is `mem`.
+    fn module(name: &[u8], mem: &[u8]) -> Module {
+        let mut m = Module::EMPTY;
+        m.set_name(name);
+        m.push_segment(Segment {
+            start: mem.as_ptr() as u64,
+            size: mem.len() as u64,
+            vaddr: 0,
+            flags: PF_R,
+        });
+        m
+    }
+
+    #[test]
+    fn dependencies_of_the_roots_are_pinned_and_nameless_modules_never_are() {
+        // A dynamic section (two DT_NEEDED, one of them an empty name, and
+        // DT_STRTAB) followed by its string table, in one segment.
+        let strings = b"\0libc.so.6\0";
+        let mut mem = vec![0u8; 5 * 16 + strings.len()];
+        let strtab = mem.as_ptr() as u64 + 5 * 16;
+        for (i, (tag, val)) in [(1u64, 0u64), (1, 1), (5, strtab), (0, 0)]
+            .iter()
+            .enumerate()
+        {
+            mem[i * 16..i * 16 + 8].copy_from_slice(&tag.to_ne_bytes());
+            mem[i * 16 + 8..i * 16 + 16].copy_from_slice(&val.to_ne_bytes());
+        }
+        mem[5 * 16..].copy_from_slice(strings);
+        let dynamic = Some((mem.as_ptr() as u64, 4 * 16));
+        let mut deps = Deps::new();
+        record_deps(&mut deps, 0, &module(b"/bin/prog", &mem), dynamic, true);
+        let other = [0u8; 16];
+        record_deps(&mut deps, 1, &module(b"", &other), None, false);
+        record_deps(
+            &mut deps,
+            2,
+            &module(b"/lib/libc.so.6", &other),
+            None,
+            false,
+        );
+        record_deps(
+            &mut deps,
+            3,
+            &module(b"/lib/plugin.so", &other),
+            None,
+            false,
+        );
+        assert_eq!(deps.close(4), [true, false, true, false]);
+    }
 
     /// The signal-frame offsets the walker uses, checked against the C
     /// library's own `ucontext_t` and `siginfo_t` (the kernel's layout).
