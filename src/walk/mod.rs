@@ -132,9 +132,9 @@ pub trait CodeMap {
         self.read_code(pc, code) && code == A::SIGRETURN_CODE
     }
 
-    /// A value that [`CodeMap::hot_at`] takes, read once per walk so the
-    /// inner loop keeps it in a register (the module table's generation,
-    /// which keys its cache).
+    /// A value that [`CodeMap::hot_at`] takes, read once per run of the hot
+    /// path so its inner loop keeps it in a register (the module table's
+    /// generation, which keys its cache).
     fn hot_context(&self) -> u64 {
         0
     }
@@ -145,21 +145,6 @@ pub trait CodeMap {
     fn hot_at(&self, key: u64, context: u64) -> Hot {
         let _ = context;
         self.hot_uncached(key)
-    }
-
-    /// The words a scan from stack address `start` read the last time,
-    /// copied into `words` (the last of them the one it took): their count,
-    /// if remembered. The walk takes that word again only if the stack still
-    /// holds every one of them. The default remembers nothing.
-    fn recall_scan(&self, start: u64, words: &mut [u64; SCAN_MEMO_WORDS]) -> Option<usize> {
-        let _ = (start, words);
-        None
-    }
-
-    /// Remembers the words a scan from `start` read, the last one the one
-    /// it took ([`CodeMap::recall_scan`]). The default forgets them.
-    fn remember_scan(&self, start: u64, words: &[u64]) {
-        let _ = (start, words);
     }
 
     /// [`CodeMap::hot_at`] when the answer is at hand without a search
@@ -177,6 +162,21 @@ pub trait CodeMap {
         let trampoline =
             self.is_known_trampoline(key) || self.is_known_trampoline(key.wrapping_add(1));
         Hot::classify(&self.lookup(key), trampoline)
+    }
+
+    /// The words a scan from stack address `start` read the last time,
+    /// copied into `words` (the last of them the one it took): their count,
+    /// if remembered. The walk takes that word again only if the stack still
+    /// holds every one of them. The default remembers nothing.
+    fn recall_scan(&self, start: u64, words: &mut [u64; SCAN_MEMO_WORDS]) -> Option<usize> {
+        let _ = (start, words);
+        None
+    }
+
+    /// Remembers the words a scan from `start` read, the last one the one
+    /// it took ([`CodeMap::recall_scan`]). The default forgets them.
+    fn remember_scan(&self, start: u64, words: &[u64]) {
+        let _ = (start, words);
     }
 }
 
