@@ -153,6 +153,7 @@ mod bench {
                             stackmark::rule_cache::clear();
                             stackmark::step_cache::clear();
                             stackmark::scan_cache::clear();
+                            stackmark::end_cache::clear();
                         },
                         |_| {
                             stackmark::walk_from(regs, precise, WalkOptions::default(), &mut frames)

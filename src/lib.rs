@@ -11,6 +11,7 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod arch;
+pub mod end_cache;
 pub mod formats;
 pub mod markup;
 pub mod memory;

@@ -59,6 +59,12 @@ impl CodeMap for TableGuard {
     fn remember_scan(&self, start: u64, words: &[u64]) {
         (**self).remember_scan(start, words)
     }
+    fn recall_end(&self, key: u64, words: &mut [u64; crate::walk::END_WORDS]) -> bool {
+        (**self).recall_end(key, words)
+    }
+    fn remember_end(&self, key: u64, words: &[u64; crate::walk::END_WORDS]) {
+        (**self).remember_end(key, words)
+    }
 }
 
 /// Why [`init`] failed.

@@ -429,6 +429,14 @@ impl CodeMap for Table {
         crate::scan_cache::put(start, self.generation, words);
     }
 
+    fn recall_end(&self, key: u64, words: &mut [u64; crate::walk::END_WORDS]) -> bool {
+        crate::end_cache::get(key, self.generation, words, crate::walk::end::used)
+    }
+
+    fn remember_end(&self, key: u64, words: &[u64; crate::walk::END_WORDS]) {
+        crate::end_cache::put(key, self.generation, words, crate::walk::end::used);
+    }
+
     /// Remembered in the rule cache: stack scanning asks this of the same
     /// words walk after walk, and each answer costs a checked read.
     fn follows_call<A: crate::arch::Arch>(&self, ra: u64) -> bool {

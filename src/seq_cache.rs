@@ -77,6 +77,12 @@ impl<const N: usize, const W: usize> SeqCache<N, W> {
     /// Remembers `words` for `key` in table generation `generation`. Gives
     /// up rather than wait when another writer holds the entry.
     pub(crate) fn put(&self, key: u64, generation: u64, words: [u64; W]) {
+        self.put_prefix(key, generation, &words);
+    }
+
+    /// [`Self::put`] of the first `words.len()` words only; the rest keep
+    /// whatever they held (for entries whose head says how much is used).
+    pub(crate) fn put_prefix(&self, key: u64, generation: u64, words: &[u64]) {
         let e = self.slot(key);
         let s = e.seq.load(Relaxed);
         if s & 1 != 0 {
@@ -92,7 +98,7 @@ impl<const N: usize, const W: usize> SeqCache<N, W> {
         }
         fence(Release);
         e.key.store(key, Relaxed);
-        for (slot, w) in e.words.iter().zip(words) {
+        for (slot, &w) in e.words.iter().zip(words) {
             slot.store(w, Relaxed);
         }
         let done = (generation & LOW) << 32 | (count.wrapping_add(2) & LOW);

@@ -66,7 +66,10 @@ impl Frame {
     }
 }
 
+pub(crate) mod end;
 pub mod fast;
+
+pub use end::END_WORDS;
 
 use crate::arch::{Arch, StepError};
 use crate::formats::sframe::{CfaRule, RegRule, Row};
@@ -177,6 +180,73 @@ pub trait CodeMap {
     /// it took ([`CodeMap::recall_scan`]). The default forgets them.
     fn remember_scan(&self, start: u64, words: &[u64]) {
         let _ = (start, words);
+    }
+
+    /// The walk end remembered under `key`, copied into `words`; `false`
+    /// if none. Its words are the walker's own: it checks them against its
+    /// state and the stack before it takes them. The default remembers
+    /// nothing.
+    fn recall_end(&self, key: u64, words: &mut [u64; END_WORDS]) -> bool {
+        let _ = (key, words);
+        false
+    }
+
+    /// Remembers a walk end under `key` ([`CodeMap::recall_end`]). The
+    /// default forgets it.
+    fn remember_end(&self, key: u64, words: &[u64; END_WORDS]) {
+        let _ = (key, words);
+    }
+}
+
+/// A reference walks as what it refers to (the walker records walk ends
+/// through a borrowed map).
+impl<C: CodeMap + ?Sized> CodeMap for &C {
+    fn lookup(&self, pc: u64) -> Lookup {
+        (**self).lookup(pc)
+    }
+    fn is_code(&self, addr: u64) -> bool {
+        (**self).is_code(addr)
+    }
+    fn code_range(&self, addr: u64) -> Option<(u64, u64)> {
+        (**self).code_range(addr)
+    }
+    fn read_code(&self, addr: u64, buf: &mut [u8]) -> bool {
+        (**self).read_code(addr, buf)
+    }
+    fn follows_call<A: Arch>(&self, ra: u64) -> bool {
+        (**self).follows_call::<A>(ra)
+    }
+    fn is_known_trampoline(&self, pc: u64) -> bool {
+        (**self).is_known_trampoline(pc)
+    }
+    fn is_sigreturn<A: Arch>(&self, pc: u64) -> bool {
+        (**self).is_sigreturn::<A>(pc)
+    }
+    fn hot_context(&self) -> u64 {
+        (**self).hot_context()
+    }
+    #[inline(always)]
+    fn hot_at(&self, key: u64, context: u64) -> Hot {
+        (**self).hot_at(key, context)
+    }
+    #[inline(always)]
+    fn hot_cached(&self, key: u64, context: u64) -> Option<Hot> {
+        (**self).hot_cached(key, context)
+    }
+    fn hot_uncached(&self, key: u64) -> Hot {
+        (**self).hot_uncached(key)
+    }
+    fn recall_scan(&self, start: u64, words: &mut [u64; SCAN_MEMO_WORDS]) -> Option<usize> {
+        (**self).recall_scan(start, words)
+    }
+    fn remember_scan(&self, start: u64, words: &[u64]) {
+        (**self).remember_scan(start, words)
+    }
+    fn recall_end(&self, key: u64, words: &mut [u64; END_WORDS]) -> bool {
+        (**self).recall_end(key, words)
+    }
+    fn remember_end(&self, key: u64, words: &[u64; END_WORDS]) {
+        (**self).remember_end(key, words)
     }
 }
 
@@ -347,6 +417,9 @@ pub struct Walker<A: Arch, M, C> {
     /// it accepted that frame.
     next_hot: Option<Hot>,
     stop: StopReason,
+    /// Whether this walk has marked a state as one to record a walk end
+    /// from ([`end`]).
+    end_marked: bool,
 }
 
 impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
@@ -370,6 +443,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             last_code: core::cell::Cell::new((0, 0)),
             next_hot: None,
             stop: StopReason::Running,
+            end_marked: false,
         }
     }
 
@@ -391,6 +465,10 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
                 n += self.fill_fast(&mut out[n..]);
                 if n == out.len() {
                     break;
+                }
+                if let Some(k) = self.fill_end(&mut out[n..]) {
+                    n += k;
+                    continue;
                 }
             }
             match self.next_general() {

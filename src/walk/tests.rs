@@ -234,9 +234,10 @@ struct Remembering {
     code: Fake,
     scans: std::cell::RefCell<Vec<(u64, Vec<u64>)>>,
     recalled: std::cell::Cell<usize>,
+    ends: std::cell::RefCell<Vec<(u64, [u64; END_WORDS])>>,
 }
 
-impl CodeMap for &Remembering {
+impl CodeMap for Remembering {
     fn lookup(&self, pc: u64) -> Lookup {
         self.code.lookup(pc)
     }
@@ -258,15 +259,109 @@ impl CodeMap for &Remembering {
         scans.retain(|s| s.0 != start);
         scans.push((start, words.to_vec()));
     }
+    fn recall_end(&self, key: u64, words: &mut [u64; END_WORDS]) -> bool {
+        let ends = self.ends.borrow();
+        ends.iter()
+            .find(|e| e.0 == key)
+            .map(|e| *words = e.1)
+            .is_some()
+    }
+    fn remember_end(&self, key: u64, words: &[u64; END_WORDS]) {
+        let mut ends = self.ends.borrow_mut();
+        ends.retain(|e| e.0 != key);
+        ends.push((key, *words));
+    }
+}
+
+impl Remembering {
+    fn new(code: Fake) -> Self {
+        Remembering {
+            code,
+            scans: Default::default(),
+            recalled: Default::default(),
+            ends: Default::default(),
+        }
+    }
+}
+
+/// Slice memory that counts its reads.
+struct Counting<'a> {
+    inner: SliceMemory<'a>,
+    reads: std::cell::Cell<usize>,
+}
+
+impl MemoryReader for Counting<'_> {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
+        self.reads.set(self.reads.get() + 1);
+        self.inner.read(addr, buf)
+    }
+}
+
+#[test]
+fn a_remembered_walk_end_is_replayed_only_while_the_stack_holds_its_words() {
+    // Frame 0 has a row (cfa = sp + 8); its caller (CODE+0x205) has none
+    // and a bad rbp, so the rest of the walk is general steps: a scan to
+    // CODE+0x1fe, then a scan that runs off the stack.
+    let code = Fake::x86().row(
+        CODE,
+        CODE + 0x100,
+        row(CfaRule::SpPlus(8), RegRule::AtCfa(-8), RegRule::SameValue),
+    );
+    let memo = Remembering::new(code.clone());
+    let regs = x86(CODE + 0x10, STACK, 3);
+    let walk = |st: &[u8], opts: WalkOptions| {
+        let regions = [(STACK, st)];
+        let mem = Counting {
+            inner: SliceMemory::new(&regions),
+            reads: Default::default(),
+        };
+        let mut w: Walker<X86_64, _, _> = Walker::new(regs, true, &mem, &memo, opts);
+        let mut buf = [Frame::default(); 16];
+        let n = w.fill(&mut buf);
+        let fresh = walk_with::<X86_64>(regs, true, st, code.clone(), opts);
+        assert_eq!(
+            (buf[..n].to_vec(), w.stop_reason()),
+            fresh,
+            "remembering changes no walk"
+        );
+        (fresh.0, mem.reads.get())
+    };
+    let opts = WalkOptions::default();
+    let mut words = [CODE + 0x205, 0x1234, CODE + 0x1fe, 0];
+    let (first, _) = walk(&stack(&words), opts);
+    let methods: Vec<_> = first.iter().map(|f| f.method).collect();
+    assert_eq!(methods, [Method::Context, Method::SFrame, Method::Scan]);
+    assert!(
+        memo.ends.borrow().len() == 1,
+        "the first walk marks the state"
+    );
+    let (_, recording) = walk(&stack(&words), opts);
+    let (again, replaying) = walk(&stack(&words), opts);
+    assert_eq!(again, first);
+    // Frame 0's row, the window and the failed read past the stack.
+    assert_eq!(
+        replaying, 3,
+        "the third walk replays ({recording} reads recording)"
+    );
+    // Too close to the depth limit: the general steps give the stop.
+    let (limited, _) = walk(
+        &stack(&words),
+        WalkOptions {
+            max_depth: 3,
+            ..opts
+        },
+    );
+    assert_eq!(limited, first);
+    // A word the recorded scan passed over now holds a return address.
+    words[1] = CODE + 0x30c;
+    let (changed, _) = walk(&stack(&words), opts);
+    assert_eq!(changed[2].pc, CODE + 0x30c);
+    assert_eq!(changed[2].sp, STACK + 16);
 }
 
 #[test]
 fn a_remembered_scan_is_taken_again_only_while_the_stack_holds_its_words() {
-    let memo = Remembering {
-        code: Fake::x86(),
-        scans: Default::default(),
-        recalled: Default::default(),
-    };
+    let memo = Remembering::new(Fake::x86());
     let walk = |st: &[u8]| {
         let regions = [(STACK, st)];
         let mem = SliceMemory::new(&regions);

@@ -86,6 +86,18 @@ pub fn walk_synthetic(data: &[u8]) {
     }
     let sframes: Vec<SFrame<'_>> = SFrame::parse(sframe_bytes, SECTION).into_iter().collect();
     let regions = [(STACK, stack)];
+    // The stack with one aligned word replaced by a code address.
+    let mut changed_stack = stack.to_vec();
+    if ls >= 8 {
+        let at = (word(3) >> 8) as usize % (ls / 8) * 8;
+        let w = CODE + (word(2) >> 16) % (lc as u64 + 16);
+        changed_stack[at..at + 8].copy_from_slice(&w.to_le_bytes());
+    }
+    let changed_regions = [(STACK, &changed_stack[..])];
+    let changed = Counting {
+        inner: SliceMemory::new(&changed_regions),
+        reads: core::cell::Cell::new(0),
+    };
     let code_regions = [(CODE, code)];
     let trampolines = [aim(word(4))];
     let map = SnapshotCode::new(&code_regions, &sframes, &trampolines);
@@ -124,14 +136,52 @@ pub fn walk_synthetic(data: &[u8]) {
             (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 63 == 0).then(|| self.hot_at(key, context))
         }
     }
-    /// Walks from `regs` four ways: the iterator (its frames must keep the
+    /// The same code map, remembering walk ends as the module table does.
+    struct Ends<'a> {
+        map: SnapshotCode<'a>,
+        ends: core::cell::RefCell<Vec<(u64, [u64; stackmark::walk::END_WORDS])>>,
+    }
+    impl stackmark::walk::CodeMap for Ends<'_> {
+        fn lookup(&self, pc: u64) -> stackmark::walk::Lookup {
+            self.map.lookup(pc)
+        }
+        fn is_code(&self, addr: u64) -> bool {
+            self.map.is_code(addr)
+        }
+        fn read_code(&self, addr: u64, buf: &mut [u8]) -> bool {
+            self.map.read_code(addr, buf)
+        }
+        fn is_known_trampoline(&self, pc: u64) -> bool {
+            self.map.is_known_trampoline(pc)
+        }
+        fn is_sigreturn<A: stackmark::arch::Arch>(&self, pc: u64) -> bool {
+            self.map.is_sigreturn::<A>(pc)
+        }
+        fn recall_end(&self, key: u64, words: &mut [u64; stackmark::walk::END_WORDS]) -> bool {
+            let ends = self.ends.borrow();
+            ends.iter()
+                .find(|e| e.0 == key)
+                .map(|e| *words = e.1)
+                .is_some()
+        }
+        fn remember_end(&self, key: u64, words: &[u64; stackmark::walk::END_WORDS]) {
+            let mut ends = self.ends.borrow_mut();
+            ends.retain(|e| e.0 != key);
+            ends.push((key, *words));
+        }
+    }
+    /// Walks from `regs` five ways: the iterator (its frames must keep the
     /// sp order and its reads stay bounded), the general step alone,
-    /// `fill`, and `fill` with half the hot path's answers uncached, which
-    /// must all agree.
+    /// `fill`, `fill` with half the hot path's answers uncached, and `fill`
+    /// remembering walk ends over three walks (mark, record, replay), which
+    /// must all agree. Then, with the walk ends remembered, a walk over
+    /// `changed` (the stack with one word replaced) must agree with the
+    /// general step there.
     fn walk_all_ways<A: stackmark::arch::Arch>(
         regs: A::Regs,
         precise: bool,
         mem: &Counting<'_>,
+        changed: &Counting<'_>,
         map: SnapshotCode<'_>,
         opts: WalkOptions,
     ) {
@@ -158,6 +208,22 @@ pub fn walk_synthetic(data: &[u8]) {
         let n = half.fill(&mut buf);
         assert_eq!(&buf[..n], &frames[..], "cache misses change nothing");
         assert_eq!(half.stop_reason(), g.stop_reason());
+        let ends = Ends {
+            map,
+            ends: Default::default(),
+        };
+        for _ in 0..3 {
+            let mut w = Walker::<A, _, _>::new(regs, precise, mem, &ends, opts);
+            let n = w.fill(&mut buf);
+            assert_eq!(&buf[..n], &frames[..], "remembered ends change nothing");
+            assert_eq!(w.stop_reason(), g.stop_reason());
+        }
+        let mut w = Walker::<A, _, _>::new(regs, precise, changed, &ends, opts);
+        let n = w.fill(&mut buf);
+        let mut g = Walker::<A, _, _>::new(regs, precise, changed, map, general);
+        let fresh: Vec<_> = g.by_ref().collect();
+        assert_eq!(&buf[..n], &fresh[..], "a remembered end outlived its stack");
+        assert_eq!(w.stop_reason(), g.stop_reason());
     }
     if h[6] & 2 == 0 {
         let regs = X64 {
@@ -167,7 +233,7 @@ pub fn walk_synthetic(data: &[u8]) {
             rbx: word(3),
             ..Default::default()
         };
-        walk_all_ways::<X86_64>(regs, precise, &mem, map, opts);
+        walk_all_ways::<X86_64>(regs, precise, &mem, &changed, map, opts);
     } else {
         let regs = A64 {
             pc: aim(word(0)),
@@ -176,7 +242,7 @@ pub fn walk_synthetic(data: &[u8]) {
             lr: aim(word(3)),
             ..Default::default()
         };
-        walk_all_ways::<Aarch64>(regs, precise, &mem, map, opts);
+        walk_all_ways::<Aarch64>(regs, precise, &mem, &changed, map, opts);
     }
 }
 

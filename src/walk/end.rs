@@ -1,0 +1,409 @@
+//! Remembered walk ends: the general steps from the state where the hot
+//! path left off to the end of the walk, taken once and replayed while the
+//! stack still holds every word they read.
+//!
+//! Why a replay gives the walk the steps would have: from a frame found by
+//! a table, a frame pointer or a scan, the general step depends only on the
+//! frame (pc, sp, method, precision), the frame pointer, the scans in a
+//! row, the walk's options, the module table (its generation keys the
+//! cache) and the stack words it reads. Return-address registers are read
+//! only for frame 0 and after a signal frame, which are never recorded, and
+//! a recording that changes any other register, crosses onto another
+//! stack or makes a read other than a stack word is not kept. The
+//! recording keeps the state, the frames, each failed read and the
+//! window of stack words holding every successful read; the replay checks
+//! the state, that each failed read still fails and that the window reads
+//! back the same, and that the depth limit is as far away.
+
+use core::cell::RefCell;
+
+use super::{CodeMap, Frame, Method, StopReason, Walker};
+use crate::arch::Arch;
+use crate::memory::MemoryReader;
+
+/// The most frames a remembered end holds.
+pub(crate) const END_FRAMES: usize = 6;
+/// The most failed reads a remembered end holds.
+const END_FAILS: usize = 4;
+/// The most stack words a remembered end's window holds.
+const END_WINDOW: usize = 48;
+
+// Word indexes of an entry. Words 0 to `OPTS` are the state it starts
+// from: pc, sp, frame pointer, the frame's method, precision and scans in
+// a row, and the walk's options.
+const OPTS: usize = 4;
+/// Frame count, stop reason, window length and failed-read count, a byte
+/// each; a frame count of 0 marks a state whose walk does not end within
+/// [`END_FRAMES`] general steps (not worth recording again), and a header
+/// of [`SEEN`] one reached once, not yet recorded.
+const HEADER: usize = 5;
+const SEEN: u64 = 1 << 32;
+const WINDOW_LO: usize = 6;
+const LAST_FP: usize = 7;
+/// A byte per frame: method code, and bit 7 for a precise pc.
+const METHODS: usize = 8;
+/// Words at the start of every entry.
+pub(crate) const END_HEAD: usize = 9;
+const FRAMES_AT: usize = END_HEAD;
+const FAILS_AT: usize = FRAMES_AT + 2 * END_FRAMES;
+const WINDOW_AT: usize = FAILS_AT + END_FAILS;
+/// Words in a remembered walk end ([`CodeMap::recall_end`]).
+pub const END_WORDS: usize = WINDOW_AT + END_WINDOW;
+
+/// How many words of an entry with this head are in use.
+pub(crate) fn used(head: &[u64]) -> usize {
+    match head[HEADER] {
+        SEEN => END_HEAD,
+        h => WINDOW_AT + (h >> 16 & 0xff) as usize,
+    }
+}
+
+fn method_code(m: Method) -> u64 {
+    match m {
+        Method::Context => 0,
+        Method::SFrame => 1,
+        Method::CompactUnwind => 2,
+        Method::FramePointer => 3,
+        Method::Scan => 4,
+        Method::SignalFrame => 5,
+    }
+}
+
+fn method_from(code: u64) -> Option<Method> {
+    Some(match code {
+        1 => Method::SFrame,
+        3 => Method::FramePointer,
+        4 => Method::Scan,
+        _ => return None,
+    })
+}
+
+fn stop_code(s: StopReason) -> u64 {
+    match s {
+        StopReason::Outermost => 1,
+        StopReason::ReturnAddressZero => 2,
+        StopReason::NoValidCaller => 3,
+        StopReason::Running | StopReason::DepthLimit => 0,
+    }
+}
+
+fn stop_from(code: u64) -> Option<StopReason> {
+    Some(match code {
+        1 => StopReason::Outermost,
+        2 => StopReason::ReturnAddressZero,
+        3 => StopReason::NoValidCaller,
+        _ => return None,
+    })
+}
+
+/// A memory reader that notes every read, for a recording.
+struct Recorder<'a, M> {
+    inner: &'a M,
+    log: RefCell<Log>,
+}
+
+/// The reads of a recording, in order (a word read twice is noted twice:
+/// the window folds them): successful stack-word reads and failed ones.
+/// `spoiled` marks a recording that may not be kept.
+struct Log {
+    reads: [(u64, u64); LOG_READS],
+    n: usize,
+    fails: [u64; END_FAILS],
+    n_fails: usize,
+    spoiled: bool,
+}
+
+/// The most reads a recording notes.
+const LOG_READS: usize = 64;
+
+impl Log {
+    fn note(&mut self, addr: u64, word: Option<u64>) {
+        let noted = match word {
+            Some(w) => self.reads.get_mut(self.n).map(|r| {
+                *r = (addr, w);
+                self.n += 1;
+            }),
+            None => self.fails.get_mut(self.n_fails).map(|f| {
+                *f = addr;
+                self.n_fails += 1;
+            }),
+        };
+        self.spoiled |= noted.is_none();
+    }
+}
+
+impl<M: MemoryReader> MemoryReader for Recorder<'_, M> {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
+        let ok = self.inner.read(addr, buf);
+        let mut log = self.log.borrow_mut();
+        match <[u8; 8]>::try_from(&*buf) {
+            Ok(b) => log.note(addr, ok.then(|| u64::from_ne_bytes(b))),
+            Err(_) => log.spoiled = true,
+        }
+        ok
+    }
+    fn enter_stack(&self, sp: u64) {
+        self.log.borrow_mut().spoiled = true;
+        self.inner.enter_stack(sp)
+    }
+    fn is_stack(&self, addr: u64) -> bool {
+        self.inner.is_stack(addr)
+    }
+}
+
+impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
+    /// The pending frame's state as an entry's first words and the key
+    /// they hash to, if a walk end from it may be remembered.
+    fn end_state(&self) -> Option<([u64; OPTS + 1], u64)> {
+        let cur = self.pending?;
+        if matches!(cur.method, Method::Context | Method::SignalFrame) {
+            return None;
+        }
+        let scans = u8::try_from(self.scans_in_a_row).ok()?;
+        let o = &self.opts;
+        let opts = u64::from(o.use_tables)
+            | u64::from(o.use_frame_pointers) << 1
+            | u64::from(u16::try_from(o.max_scans_in_a_row).ok()?) << 8
+            | u64::from(u32::try_from(o.scan_words).ok()?) << 32;
+        let state = method_code(cur.method) | u64::from(cur.precise) << 3 | u64::from(scans) << 8;
+        let words = [cur.pc, cur.sp, A::fp(&self.regs), state, opts];
+        let key = words.iter().fold(0u64, |h, &w| {
+            (h ^ w).wrapping_mul(0x100_0000_01b3).rotate_left(23)
+        });
+        Some((words, key))
+    }
+
+    /// Ends the walk from the pending frame into `out` with a remembered
+    /// end, or with the general step while recording one; `None` leaves the
+    /// frame to the general step (no end may be remembered from it).
+    pub(super) fn fill_end(&mut self, out: &mut [Frame]) -> Option<usize> {
+        let (state, key) = self.end_state()?;
+        let mut e = [0u64; END_WORDS];
+        if !self.code.recall_end(key, &mut e) || e[..=OPTS] != state {
+            // Record only from a state seen before: a walk made once (a
+            // crash report) never pays for a recording it cannot use. One
+            // mark per walk: where its end starts is found over later walks.
+            if core::mem::replace(&mut self.end_marked, true) {
+                return None;
+            }
+            e[..=OPTS].copy_from_slice(&state);
+            e[HEADER] = SEEN;
+            self.code.remember_end(key, &e);
+            return None;
+        }
+        if e[HEADER] == SEEN {
+            return Some(self.record(state, key, out));
+        }
+        if e[HEADER] & 0xff == 0 {
+            return None;
+        }
+        if let Some(n) = self.replay(&e, out) {
+            return Some(n);
+        }
+        Some(self.record(state, key, out))
+    }
+
+    /// Writes a remembered end's frames to `out` if the stack still holds
+    /// what its steps read and the depth limit is as far away.
+    fn replay(&mut self, e: &[u64; END_WORDS], out: &mut [Frame]) -> Option<usize> {
+        let h = e[HEADER];
+        let (nf, nw, n_fails) = (
+            (h & 0xff) as usize,
+            (h >> 16 & 0xff) as usize,
+            (h >> 24 & 0xff) as usize,
+        );
+        let stop = stop_from(h >> 8 & 0xff)?;
+        if nf > END_FRAMES || nw > END_WINDOW || n_fails > END_FAILS {
+            return None;
+        }
+        if nf > out.len() || self.depth + nf >= self.opts.max_depth {
+            return None;
+        }
+        let mut bytes = [0u8; END_WINDOW * 8];
+        let bytes = &mut bytes[..nw * 8];
+        if nw > 0 && !self.mem.read(e[WINDOW_LO], bytes) {
+            return None;
+        }
+        let window = &e[WINDOW_AT..WINDOW_AT + nw];
+        if bytes
+            .chunks_exact(8)
+            .zip(window)
+            .any(|(b, &w)| b != w.to_ne_bytes())
+        {
+            return None;
+        }
+        if e[FAILS_AT..FAILS_AT + n_fails]
+            .iter()
+            .any(|&a| self.mem.read_u64(a).is_some())
+        {
+            return None;
+        }
+        let mut frames = [Frame::default(); END_FRAMES];
+        for (i, f) in frames[..nf].iter_mut().enumerate() {
+            let m = e[METHODS] >> (8 * i) & 0xff;
+            *f = Frame {
+                pc: e[FRAMES_AT + 2 * i],
+                sp: e[FRAMES_AT + 2 * i + 1],
+                precise: m & 0x80 != 0,
+                method: if i == 0 {
+                    self.pending?.method
+                } else {
+                    method_from(m & 0x7f)?
+                },
+            };
+        }
+        out[..nf].copy_from_slice(&frames[..nf]);
+        let last = frames[nf - 1];
+        self.regs = A::caller(&self.regs, last.pc, last.sp, e[LAST_FP]);
+        self.depth += nf;
+        self.pending = None;
+        self.next_hot = None;
+        self.stop = stop;
+        Some(nf)
+    }
+
+    /// Takes general steps from the pending frame into `out`, reading
+    /// through a recorder, and remembers them if they end the walk within
+    /// [`END_FRAMES`] frames and may be replayed.
+    fn record(&mut self, state: [u64; OPTS + 1], key: u64, out: &mut [Frame]) -> usize {
+        let rec = Recorder {
+            inner: &self.mem,
+            log: RefCell::new(Log {
+                reads: [(0, 0); LOG_READS],
+                n: 0,
+                fails: [0; END_FAILS],
+                n_fails: 0,
+                spoiled: false,
+            }),
+        };
+        let entry = self.regs;
+        let mut sub = Walker::<A, &Recorder<'_, M>, &C> {
+            regs: self.regs,
+            mem: &rec,
+            code: &self.code,
+            opts: self.opts,
+            pending: self.pending,
+            depth: self.depth,
+            scans_in_a_row: self.scans_in_a_row,
+            last_code: core::cell::Cell::new(self.last_code.get()),
+            next_hot: None,
+            stop: self.stop,
+            end_marked: true,
+        };
+        let limit = out.len().min(END_FRAMES);
+        let mut n = 0;
+        // Only the frame pointer, pc and sp may change along the way.
+        let mut exact = true;
+        while n < limit {
+            let Some(f) = sub.next_general() else {
+                break;
+            };
+            out[n] = f;
+            n += 1;
+            let r = sub.regs;
+            exact &= A::caller(&entry, A::pc(&r), A::sp(&r), A::fp(&r)) == r;
+            if sub.pending.is_none() {
+                break;
+            }
+        }
+        let (regs, pending, depth, scans, stop) = (
+            sub.regs,
+            sub.pending,
+            sub.depth,
+            sub.scans_in_a_row,
+            sub.stop,
+        );
+        self.last_code.set(sub.last_code.get());
+        self.regs = regs;
+        self.pending = pending;
+        self.depth = depth;
+        self.scans_in_a_row = scans;
+        self.stop = stop;
+        self.next_hot = None;
+        let log = rec.log.into_inner();
+        let entry = if pending.is_some() {
+            // Still walking: not worth recording from here again only if
+            // the steps, not the buffer, ran out.
+            (n == END_FRAMES).then_some(None)
+        } else if stop == StopReason::DepthLimit {
+            // Depends on the depth, not on the state: try again later.
+            None
+        } else {
+            let methods_ok = out[1..n]
+                .iter()
+                .all(|f| method_from(method_code(f.method)).is_some());
+            Some(if exact && methods_ok && !log.spoiled {
+                self.entry(state, &out[..n], &log)
+            } else {
+                None
+            })
+        };
+        // A recording that may not be kept marks its state as not worth
+        // recording again.
+        if let Some(e) = entry {
+            let e = e.unwrap_or_else(|| {
+                let mut e = [0u64; END_WORDS];
+                e[..=OPTS].copy_from_slice(&state);
+                e
+            });
+            self.code.remember_end(key, &e);
+        }
+        n
+    }
+
+    /// The entry for a recording that ended the walk with `frames`, if its
+    /// reads fit a window of stack words that still reads back the same.
+    fn entry(
+        &self,
+        state: [u64; OPTS + 1],
+        frames: &[Frame],
+        log: &Log,
+    ) -> Option<[u64; END_WORDS]> {
+        let mut e = [0u64; END_WORDS];
+        e[..=OPTS].copy_from_slice(&state);
+        let reads = &log.reads[..log.n];
+        let lo = reads.iter().map(|r| r.0).min().unwrap_or(0);
+        let mut nw = 0;
+        for &(addr, _) in reads {
+            let off = addr - lo;
+            if off % 8 != 0 || off / 8 >= END_WINDOW as u64 {
+                return None;
+            }
+            nw = nw.max(off as usize / 8 + 1);
+        }
+        let mut bytes = [0u8; END_WINDOW * 8];
+        if nw > 0 && !self.mem.read(lo, &mut bytes[..nw * 8]) {
+            return None;
+        }
+        for (w, b) in e[WINDOW_AT..WINDOW_AT + nw]
+            .iter_mut()
+            .zip(bytes.chunks_exact(8))
+        {
+            *w = u64::from_ne_bytes(b.try_into().ok()?);
+        }
+        for &(addr, word) in reads {
+            if e[WINDOW_AT + ((addr - lo) / 8) as usize] != word {
+                return None;
+            }
+        }
+        let fails = &log.fails[..log.n_fails];
+        if fails.iter().any(|&a| self.mem.read_u64(a).is_some()) {
+            return None;
+        }
+        e[FAILS_AT..FAILS_AT + fails.len()].copy_from_slice(fails);
+        let last = frames.last()?;
+        e[HEADER] = frames.len() as u64
+            | stop_code(self.stop) << 8
+            | (nw as u64) << 16
+            | (fails.len() as u64) << 24;
+        e[WINDOW_LO] = lo;
+        e[LAST_FP] = A::fp(&self.regs);
+        for (i, f) in frames.iter().enumerate() {
+            e[FRAMES_AT + 2 * i] = f.pc;
+            e[FRAMES_AT + 2 * i + 1] = f.sp;
+            e[METHODS] |= (method_code(f.method) | u64::from(f.precise) << 7) << (8 * i);
+        }
+        debug_assert_eq!((last.pc, last.sp), (A::pc(&self.regs), A::sp(&self.regs)));
+        Some(e)
+    }
+}
