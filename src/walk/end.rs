@@ -156,7 +156,11 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
     /// they hash to, if a walk end from it may be remembered.
     fn end_state(&self) -> Option<([u64; OPTS + 1], u64)> {
         let cur = self.pending?;
-        if matches!(cur.method, Method::Context | Method::SignalFrame) {
+        // At the depth limit the general step gives the stop, which
+        // depends on the depth: nothing to remember.
+        if matches!(cur.method, Method::Context | Method::SignalFrame)
+            || self.depth + 1 >= self.opts.max_depth
+        {
             return None;
         }
         let scans = u8::try_from(self.scans_in_a_row).ok()?;
