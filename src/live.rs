@@ -6,8 +6,7 @@ use core::ffi::c_void;
 use crate::arch::{Arch, Native};
 use crate::modules::{self, TableGuard};
 use crate::os::LiveMemory;
-use crate::walk::fast::Hot;
-use crate::walk::{CodeMap, Frame, Lookup, WalkOptions, Walker};
+use crate::walk::{CodeMap, Frame, WalkOptions, Walker};
 
 /// The native register set.
 pub type Regs = <Native as Arch>::Regs;
@@ -16,55 +15,9 @@ pub type Regs = <Native as Arch>::Regs;
 /// module table while it lives.
 pub type LiveWalker = Walker<Native, LiveMemory, TableGuard>;
 
+/// The guard walks as the table it pins.
 impl CodeMap for TableGuard {
-    fn lookup(&self, pc: u64) -> Lookup {
-        (**self).lookup(pc)
-    }
-    fn hot_context(&self) -> u64 {
-        (**self).hot_context()
-    }
-    #[inline(always)]
-    fn hot_at(&self, key: u64, context: u64) -> Hot {
-        (**self).hot_at(key, context)
-    }
-    #[inline(always)]
-    fn hot_cached(&self, key: u64, context: u64) -> Option<Hot> {
-        (**self).hot_cached(key, context)
-    }
-    fn is_code(&self, addr: u64) -> bool {
-        (**self).is_code(addr)
-    }
-    fn code_range(&self, addr: u64) -> Option<(u64, u64)> {
-        (**self).code_range(addr)
-    }
-    fn read_code(&self, addr: u64, buf: &mut [u8]) -> bool {
-        (**self).read_code(addr, buf)
-    }
-    fn is_known_trampoline(&self, pc: u64) -> bool {
-        (**self).is_known_trampoline(pc)
-    }
-    fn follows_call<A: Arch>(&self, ra: u64) -> bool {
-        (**self).follows_call::<A>(ra)
-    }
-    fn is_sigreturn<A: Arch>(&self, pc: u64) -> bool {
-        (**self).is_sigreturn::<A>(pc)
-    }
-    fn recall_scan(
-        &self,
-        start: u64,
-        words: &mut [u64; crate::walk::SCAN_MEMO_WORDS],
-    ) -> Option<usize> {
-        (**self).recall_scan(start, words)
-    }
-    fn remember_scan(&self, start: u64, words: &[u64]) {
-        (**self).remember_scan(start, words)
-    }
-    fn recall_end(&self, key: u64, words: &mut [u64; crate::walk::END_WORDS]) -> bool {
-        (**self).recall_end(key, words)
-    }
-    fn remember_end(&self, key: u64, words: &[u64; crate::walk::END_WORDS]) {
-        (**self).remember_end(key, words)
-    }
+    crate::walk::code_map_through_deref!();
 }
 
 /// Why [`init`] failed.

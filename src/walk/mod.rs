@@ -198,56 +198,69 @@ pub trait CodeMap {
     }
 }
 
+/// The body of a [`CodeMap`] impl for a type that dereferences to a code
+/// map: every method asks `**self`.
+macro_rules! code_map_through_deref {
+    () => {
+        fn lookup(&self, pc: u64) -> $crate::walk::Lookup {
+            (**self).lookup(pc)
+        }
+        fn is_code(&self, addr: u64) -> bool {
+            (**self).is_code(addr)
+        }
+        fn code_range(&self, addr: u64) -> Option<(u64, u64)> {
+            (**self).code_range(addr)
+        }
+        fn read_code(&self, addr: u64, buf: &mut [u8]) -> bool {
+            (**self).read_code(addr, buf)
+        }
+        fn follows_call<A: $crate::arch::Arch>(&self, ra: u64) -> bool {
+            (**self).follows_call::<A>(ra)
+        }
+        fn is_known_trampoline(&self, pc: u64) -> bool {
+            (**self).is_known_trampoline(pc)
+        }
+        fn is_sigreturn<A: $crate::arch::Arch>(&self, pc: u64) -> bool {
+            (**self).is_sigreturn::<A>(pc)
+        }
+        fn hot_context(&self) -> u64 {
+            (**self).hot_context()
+        }
+        #[inline(always)]
+        fn hot_at(&self, key: u64, context: u64) -> $crate::walk::fast::Hot {
+            (**self).hot_at(key, context)
+        }
+        #[inline(always)]
+        fn hot_cached(&self, key: u64, context: u64) -> Option<$crate::walk::fast::Hot> {
+            (**self).hot_cached(key, context)
+        }
+        fn hot_uncached(&self, key: u64) -> $crate::walk::fast::Hot {
+            (**self).hot_uncached(key)
+        }
+        fn recall_scan(
+            &self,
+            start: u64,
+            words: &mut [u64; $crate::walk::SCAN_MEMO_WORDS],
+        ) -> Option<usize> {
+            (**self).recall_scan(start, words)
+        }
+        fn remember_scan(&self, start: u64, words: &[u64]) {
+            (**self).remember_scan(start, words)
+        }
+        fn recall_end(&self, key: u64, words: &mut [u64; $crate::walk::END_WORDS]) -> bool {
+            (**self).recall_end(key, words)
+        }
+        fn remember_end(&self, key: u64, words: &[u64; $crate::walk::END_WORDS]) {
+            (**self).remember_end(key, words)
+        }
+    };
+}
+pub(crate) use code_map_through_deref;
+
 /// A reference walks as what it refers to (the walker records walk ends
 /// through a borrowed map).
 impl<C: CodeMap + ?Sized> CodeMap for &C {
-    fn lookup(&self, pc: u64) -> Lookup {
-        (**self).lookup(pc)
-    }
-    fn is_code(&self, addr: u64) -> bool {
-        (**self).is_code(addr)
-    }
-    fn code_range(&self, addr: u64) -> Option<(u64, u64)> {
-        (**self).code_range(addr)
-    }
-    fn read_code(&self, addr: u64, buf: &mut [u8]) -> bool {
-        (**self).read_code(addr, buf)
-    }
-    fn follows_call<A: Arch>(&self, ra: u64) -> bool {
-        (**self).follows_call::<A>(ra)
-    }
-    fn is_known_trampoline(&self, pc: u64) -> bool {
-        (**self).is_known_trampoline(pc)
-    }
-    fn is_sigreturn<A: Arch>(&self, pc: u64) -> bool {
-        (**self).is_sigreturn::<A>(pc)
-    }
-    fn hot_context(&self) -> u64 {
-        (**self).hot_context()
-    }
-    #[inline(always)]
-    fn hot_at(&self, key: u64, context: u64) -> Hot {
-        (**self).hot_at(key, context)
-    }
-    #[inline(always)]
-    fn hot_cached(&self, key: u64, context: u64) -> Option<Hot> {
-        (**self).hot_cached(key, context)
-    }
-    fn hot_uncached(&self, key: u64) -> Hot {
-        (**self).hot_uncached(key)
-    }
-    fn recall_scan(&self, start: u64, words: &mut [u64; SCAN_MEMO_WORDS]) -> Option<usize> {
-        (**self).recall_scan(start, words)
-    }
-    fn remember_scan(&self, start: u64, words: &[u64]) {
-        (**self).remember_scan(start, words)
-    }
-    fn recall_end(&self, key: u64, words: &mut [u64; END_WORDS]) -> bool {
-        (**self).recall_end(key, words)
-    }
-    fn remember_end(&self, key: u64, words: &[u64; END_WORDS]) {
-        (**self).remember_end(key, words)
-    }
+    code_map_through_deref!();
 }
 
 /// The most words a remembered scan may have read
