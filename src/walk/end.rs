@@ -58,6 +58,14 @@ pub(crate) fn used(head: &[u64]) -> usize {
     }
 }
 
+/// An entry starting from `state` with header `header` and nothing else.
+fn head(state: [u64; OPTS + 1], header: u64) -> [u64; END_WORDS] {
+    let mut e = [0u64; END_WORDS];
+    e[..=OPTS].copy_from_slice(&state);
+    e[HEADER] = header;
+    e
+}
+
 fn method_code(m: Method) -> u64 {
     match m {
         Method::Context => 0,
@@ -190,9 +198,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             if core::mem::replace(&mut self.end_marked, true) {
                 return None;
             }
-            e[..=OPTS].copy_from_slice(&state);
-            e[HEADER] = SEEN;
-            self.code.remember_end(key, &e);
+            self.code.remember_end(key, &head(state, SEEN));
             return None;
         }
         if e[HEADER] == SEEN {
@@ -345,11 +351,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
         // A recording that may not be kept marks its state as not worth
         // recording again.
         if let Some(e) = entry {
-            let e = e.unwrap_or_else(|| {
-                let mut e = [0u64; END_WORDS];
-                e[..=OPTS].copy_from_slice(&state);
-                e
-            });
+            let e = e.unwrap_or_else(|| head(state, 0));
             self.code.remember_end(key, &e);
         }
         n
@@ -363,8 +365,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
         frames: &[Frame],
         log: &Log,
     ) -> Option<[u64; END_WORDS]> {
-        let mut e = [0u64; END_WORDS];
-        e[..=OPTS].copy_from_slice(&state);
+        let mut e = head(state, 0);
         let reads = &log.reads[..log.n];
         let lo = reads.iter().map(|r| r.0).min().unwrap_or(0);
         let mut nw = 0;
