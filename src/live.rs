@@ -75,10 +75,13 @@ pub fn walker(regs: Regs, precise: bool, opts: WalkOptions) -> Option<LiveWalker
 /// Walks from `regs` into `out`; returns the number of frames written (0
 /// before [`init`]). Allocation-free, lock-free and async-signal-safe.
 pub fn walk_from(regs: Regs, precise: bool, opts: WalkOptions, out: &mut [Frame]) -> usize {
-    match walker(regs, precise, opts) {
-        Some(mut w) => w.fill(out),
-        None => 0,
-    }
+    // Built in place rather than through `walker`: moving the walker out of
+    // an `Option` costs a copy of it per walk.
+    let Some(table) = modules::current() else {
+        return 0;
+    };
+    let mem = LiveMemory::new(Native::sp(&regs));
+    LiveWalker::new(regs, precise, mem, table, opts).fill(out)
 }
 
 /// Walks the calling thread's stack from the caller of this function into

@@ -43,28 +43,70 @@ struct Region {
 pub struct LiveMemory {
     regions: [Cell<Region>; 3],
     count: Cell<usize>,
+    /// The walk's first sp while the regions beyond the registered stack
+    /// are still to be learned ([`Self::learn`]).
+    unlearned: Cell<Option<u64>>,
 }
 
 impl LiveMemory {
-    /// A reader for a walk whose first frame has stack pointer `sp`.
+    /// A reader for a walk whose first frame has stack pointer `sp`. It
+    /// knows the registered stack at once; the rest (the alternate signal
+    /// stack, an unregistered stack) only when a read falls outside it.
+    /// Built in one go, so a walker holding it is built in place, without
+    /// copying it through a temporary.
+    #[inline(always)]
     pub fn new(sp: u64) -> Self {
-        let m = LiveMemory {
-            regions: Default::default(),
-            count: Cell::new(0),
+        let (first, count) = match registered_stack() {
+            Some((lo, hi)) => (Region { lo, hi, limit: hi }, 1),
+            None => (Region::default(), 0),
         };
-        let registered = registered_stack();
-        if let Some((lo, hi)) = registered {
-            m.push(Region { lo, hi, limit: hi });
+        LiveMemory {
+            regions: [Cell::new(first), Cell::default(), Cell::default()],
+            count: Cell::new(count),
+            unlearned: Cell::new(Some(sp)),
         }
-        // Only when the walk starts off the registered stack is it worth a
-        // system call to learn the alternate signal stack.
-        if !registered.is_some_and(|(lo, hi)| sp >= lo && sp < hi) {
-            if let Some((lo, hi)) = current_altstack() {
-                m.push(Region { lo, hi, limit: hi });
-            }
+    }
+
+    /// Learns, once, the regions a walk starting off the registered stack
+    /// needs: the alternate signal stack (worth its system call only
+    /// there) and the stack holding the first sp.
+    #[inline(always)]
+    fn learn(&self) {
+        if self.unlearned.get().is_some() {
+            self.learn_now();
         }
-        m.enter_stack(sp);
-        m
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn learn_now(&self) {
+        let Some(sp) = self.unlearned.take() else {
+            return;
+        };
+        let first = self.regions[0].get();
+        if self.count.get() > 0 && sp >= first.lo && sp < first.hi {
+            return;
+        }
+        if let Some((lo, hi)) = current_altstack() {
+            self.push(Region { lo, hi, limit: hi });
+        }
+        self.admit(sp);
+    }
+
+    /// Admits the stack holding `sp`, from `sp`'s page upwards, unless a
+    /// known region holds it.
+    fn admit(&self, sp: u64) {
+        let known = self.regions[..self.count.get()]
+            .iter()
+            .any(|r| sp >= r.get().lo && sp < r.get().limit);
+        if sp != 0 && !known {
+            let lo = sp & !(PAGE - 1);
+            self.push(Region {
+                lo,
+                hi: lo,
+                limit: lo.saturating_add(PROBE_LIMIT),
+            });
+        }
     }
 
     fn push(&self, r: Region) {
@@ -88,6 +130,7 @@ impl LiveMemory {
     #[cold]
     #[inline(never)]
     fn readable(&self, addr: u64, end: u64) -> bool {
+        self.learn();
         for cell in &self.regions[..self.count.get()] {
             let mut r = cell.get();
             if addr < r.lo || end > r.limit {
@@ -162,6 +205,7 @@ impl MemoryReader for LiveMemory {
     /// The known-readable part of each stack: never code.
     #[inline]
     fn is_stack(&self, addr: u64) -> bool {
+        self.learn();
         self.regions[..self.count.get()].iter().any(|r| {
             let r = r.get();
             addr >= r.lo && addr < r.hi
@@ -170,16 +214,7 @@ impl MemoryReader for LiveMemory {
 
     /// Admits the stack holding `sp`, from `sp`'s page upwards.
     fn enter_stack(&self, sp: u64) {
-        let known = self.regions[..self.count.get()]
-            .iter()
-            .any(|r| sp >= r.get().lo && sp < r.get().limit);
-        if sp != 0 && !known {
-            let lo = sp & !(PAGE - 1);
-            self.push(Region {
-                lo,
-                hi: lo,
-                limit: lo.saturating_add(PROBE_LIMIT),
-            });
-        }
+        self.learn();
+        self.admit(sp);
     }
 }

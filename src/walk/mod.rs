@@ -438,6 +438,7 @@ pub struct Walker<A: Arch, M, C> {
 impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
     /// A walk starting at `regs`. `precise` says whether the pc is the exact
     /// instruction (a signal context) or a return address (a capture).
+    #[inline(always)]
     pub fn new(regs: A::Regs, precise: bool, mem: M, code: C, opts: WalkOptions) -> Self {
         let first = Frame {
             pc: A::pc(&regs),
