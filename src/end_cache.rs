@@ -7,6 +7,8 @@
 //! it takes the remembered frames ([`crate::walk`] says why that gives the
 //! same walk). A sequence-locked cache, as [`crate::rule_cache`] describes.
 
+use core::sync::atomic::AtomicU64;
+
 use crate::seq_cache::SeqCache;
 use crate::walk::end::{END_HEAD, END_WORDS};
 
@@ -15,29 +17,16 @@ pub const ENTRIES: usize = 32;
 
 static CACHE: SeqCache<ENTRIES, END_WORDS> = SeqCache::new();
 
-/// Copies the entry remembered for `key` in table generation `generation`
-/// into `words`: the head always, the rest as far as `used` (given the
-/// head) says it reaches. `false` on a miss.
-pub(crate) fn get(
+/// What `take` makes of the entry remembered for `key` in table
+/// generation `generation`; `None` on a miss, or if the entry changed while
+/// `take` read it.
+#[inline(always)]
+pub(crate) fn get_with<R>(
     key: u64,
     generation: u64,
-    words: &mut [u64; END_WORDS],
-    used: impl Fn(&[u64]) -> usize,
-) -> bool {
-    use core::sync::atomic::Ordering::Relaxed;
-    CACHE
-        .get_with(key, generation, |w| {
-            for (out, w) in words[..END_HEAD].iter_mut().zip(w) {
-                *out = w.load(Relaxed);
-            }
-            // A torn head may claim any length: bound it, and the
-            // sequence check discards what was read.
-            let n = used(&words[..END_HEAD]).clamp(END_HEAD, END_WORDS);
-            for (out, w) in words[END_HEAD..n].iter_mut().zip(&w[END_HEAD..n]) {
-                *out = w.load(Relaxed);
-            }
-        })
-        .is_some()
+    take: impl FnOnce(&[AtomicU64; END_WORDS]) -> R,
+) -> Option<R> {
+    CACHE.get_with(key, generation, take)
 }
 
 /// Remembers `words` for `key` in table generation `generation`, as far as
@@ -60,21 +49,24 @@ pub fn clear() {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use core::sync::atomic::Ordering::Relaxed;
 
     #[test]
     fn entries_round_trip_per_key_and_generation_as_far_as_used() {
+        let key = 0x7ffd_0000_2000;
+        let copy = |e: &[AtomicU64; END_WORDS]| e.each_ref().map(|w| w.load(Relaxed));
         let mut w = [0u64; END_WORDS];
         for (i, x) in w.iter_mut().enumerate() {
             *x = i as u64 + 1;
         }
-        put(0x7ffd_0000_2000, 9, &w, |_| END_WORDS);
-        let mut got = [0u64; END_WORDS];
-        assert!(get(0x7ffd_0000_2000, 9, &mut got, |_| END_HEAD + 2));
+        put(key, 9, &[!0; END_WORDS], |_| END_WORDS);
+        put(key, 9, &w, |_| END_HEAD + 2);
+        let got = get_with(key, 9, copy).expect("a hit");
         assert_eq!(got[..END_HEAD + 2], w[..END_HEAD + 2]);
-        assert_eq!(got[END_HEAD + 2], 0, "not copied past what is used");
-        assert!(!get(0x7ffd_0000_2000, 10, &mut got, |_| END_WORDS));
-        assert!(!get(0x7ffd_0000_2008, 9, &mut got, |_| END_WORDS));
+        assert_eq!(got[END_HEAD + 2], !0, "not stored past what is used");
+        assert!(get_with(key, 10, copy).is_none());
+        assert!(get_with(key + 8, 9, copy).is_none());
         clear();
-        assert!(!get(0x7ffd_0000_2000, 9, &mut got, |_| END_WORDS));
+        assert!(get_with(key, 9, copy).is_none());
     }
 }

@@ -429,8 +429,13 @@ impl CodeMap for Table {
         crate::scan_cache::put(start, self.generation, words);
     }
 
-    fn recall_end(&self, key: u64, words: &mut [u64; crate::walk::END_WORDS]) -> bool {
-        crate::end_cache::get(key, self.generation, words, crate::walk::end::used)
+    #[inline(always)]
+    fn recall_end<R>(
+        &self,
+        key: u64,
+        take: impl FnOnce(&[core::sync::atomic::AtomicU64; crate::walk::END_WORDS]) -> R,
+    ) -> Option<R> {
+        crate::end_cache::get_with(key, self.generation, take)
     }
 
     fn remember_end(&self, key: u64, words: &[u64; crate::walk::END_WORDS]) {

@@ -16,6 +16,7 @@
 //! back the same, and that the depth limit is as far away.
 
 use core::cell::RefCell;
+use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::{CodeMap, Frame, Method, StopReason, Walker};
 use crate::arch::Arch;
@@ -104,6 +105,103 @@ fn stop_from(code: u64) -> Option<StopReason> {
     })
 }
 
+/// What a remembered entry gives the walk's state.
+enum Recalled {
+    /// Another state's entry (or none).
+    Other,
+    /// The state was reached once: record its end now.
+    Seen,
+    /// Its walk does not end within [`END_FRAMES`] steps.
+    NotWorth,
+    /// The stack no longer holds the words its steps read (or the depth
+    /// limit is nearer): record it again.
+    Stale,
+    /// Its frames are in `out[..n]`; the walk's stop reason and the last
+    /// frame's pc, sp and frame pointer.
+    Replayed {
+        n: usize,
+        stop: StopReason,
+        last: [u64; 3],
+    },
+}
+
+/// Checks entry `e` against the walk's `state` and the stack and, if it
+/// still holds, writes its frames to `out`. `first` is the pending frame's
+/// method and `room` how many frames the depth limit leaves. The entry may
+/// be torn (its cache discards the answer then), so every count in it is
+/// bounded before use.
+fn replay<M: MemoryReader>(
+    mem: &M,
+    e: &[AtomicU64; END_WORDS],
+    state: &[u64; OPTS + 1],
+    first: Method,
+    room: usize,
+    out: &mut [Frame],
+) -> Recalled {
+    let w = |i: usize| e[i].load(Relaxed);
+    if (0..=OPTS).any(|i| w(i) != state[i]) {
+        return Recalled::Other;
+    }
+    let h = w(HEADER);
+    if h == SEEN {
+        return Recalled::Seen;
+    }
+    let (nf, nw, n_fails) = (
+        (h & 0xff) as usize,
+        (h >> 16 & 0xff) as usize,
+        (h >> 24 & 0xff) as usize,
+    );
+    if nf == 0 {
+        return Recalled::NotWorth;
+    }
+    let Some(stop) = stop_from(h >> 8 & 0xff) else {
+        return Recalled::Stale;
+    };
+    if nf > END_FRAMES || nw > END_WINDOW || n_fails > END_FAILS || nf > out.len() || nf >= room {
+        return Recalled::Stale;
+    }
+    // One read for the whole window.
+    let mut bytes = [0u8; END_WINDOW * 8];
+    let bytes = &mut bytes[..nw * 8];
+    if nw > 0 && !mem.read(w(WINDOW_LO), bytes) {
+        return Recalled::Stale;
+    }
+    let same = bytes
+        .chunks_exact(8)
+        .zip(&e[WINDOW_AT..WINDOW_AT + nw])
+        .all(|(b, w)| b == w.load(Relaxed).to_ne_bytes());
+    let failed = (0..n_fails).all(|i| mem.read_u64(w(FAILS_AT + i)).is_none());
+    if !same || !failed {
+        return Recalled::Stale;
+    }
+    let methods = w(METHODS);
+    for (i, f) in out[..nf].iter_mut().enumerate() {
+        let m = methods >> (8 * i) & 0xff;
+        let method = match i {
+            0 => first,
+            _ => match method_from(m & 0x7f) {
+                Some(m) => m,
+                None => return Recalled::Stale,
+            },
+        };
+        *f = Frame {
+            pc: w(FRAMES_AT + 2 * i),
+            sp: w(FRAMES_AT + 2 * i + 1),
+            precise: m & 0x80 != 0,
+            method,
+        };
+    }
+    Recalled::Replayed {
+        n: nf,
+        stop,
+        last: [
+            w(FRAMES_AT + 2 * (nf - 1)),
+            w(FRAMES_AT + 2 * nf - 1),
+            w(LAST_FP),
+        ],
+    }
+}
+
 /// A memory reader that notes every read, for a recording.
 struct Recorder<'a, M> {
     inner: &'a M,
@@ -190,86 +288,39 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
     /// frame to the general step (no end may be remembered from it).
     pub(super) fn fill_end(&mut self, out: &mut [Frame]) -> Option<usize> {
         let (state, key) = self.end_state()?;
-        let mut e = [0u64; END_WORDS];
-        if !self.code.recall_end(key, &mut e) || e[..=OPTS] != state {
-            // Record only from a state seen before: a walk made once (a
-            // crash report) never pays for a recording it cannot use. One
-            // mark per walk: where its end starts is found over later walks.
-            if core::mem::replace(&mut self.end_marked, true) {
-                return None;
+        let first = self.pending?.method;
+        let room = self.opts.max_depth - self.depth;
+        let mem = &self.mem;
+        // The entry is read where it is stored, not copied out first: the
+        // replay reads each word once, as it checks or takes it.
+        let recalled = self
+            .code
+            .recall_end(key, |e| replay(mem, e, &state, first, room, out));
+        match recalled.unwrap_or(Recalled::Other) {
+            Recalled::Other => {
+                // Record only from a state seen before: a walk made once (a
+                // crash report) never pays for a recording it cannot use.
+                // One mark per walk: where its end starts is found over
+                // later walks.
+                if !core::mem::replace(&mut self.end_marked, true) {
+                    self.code.remember_end(key, &head(state, SEEN));
+                }
+                None
             }
-            self.code.remember_end(key, &head(state, SEEN));
-            return None;
+            Recalled::NotWorth => None,
+            Recalled::Seen | Recalled::Stale => Some(self.record(state, key, out)),
+            Recalled::Replayed { n, stop, last } => {
+                // The last frame's registers come back in registers, not
+                // from `out`, which was just written a field at a time.
+                let [pc, sp, fp] = last;
+                self.regs = A::caller(&self.regs, pc, sp, fp);
+                self.depth += n;
+                self.pending = None;
+                self.next_hot = None;
+                self.stop = stop;
+                Some(n)
+            }
         }
-        if e[HEADER] == SEEN {
-            return Some(self.record(state, key, out));
-        }
-        if e[HEADER] & 0xff == 0 {
-            return None;
-        }
-        if let Some(n) = self.replay(&e, out) {
-            return Some(n);
-        }
-        Some(self.record(state, key, out))
-    }
-
-    /// Writes a remembered end's frames to `out` if the stack still holds
-    /// what its steps read and the depth limit is as far away.
-    fn replay(&mut self, e: &[u64; END_WORDS], out: &mut [Frame]) -> Option<usize> {
-        let h = e[HEADER];
-        let (nf, nw, n_fails) = (
-            (h & 0xff) as usize,
-            (h >> 16 & 0xff) as usize,
-            (h >> 24 & 0xff) as usize,
-        );
-        let stop = stop_from(h >> 8 & 0xff)?;
-        if nf > END_FRAMES || nw > END_WINDOW || n_fails > END_FAILS {
-            return None;
-        }
-        if nf > out.len() || self.depth + nf >= self.opts.max_depth {
-            return None;
-        }
-        let mut bytes = [0u8; END_WINDOW * 8];
-        let bytes = &mut bytes[..nw * 8];
-        if nw > 0 && !self.mem.read(e[WINDOW_LO], bytes) {
-            return None;
-        }
-        let window = &e[WINDOW_AT..WINDOW_AT + nw];
-        if bytes
-            .chunks_exact(8)
-            .zip(window)
-            .any(|(b, &w)| b != w.to_ne_bytes())
-        {
-            return None;
-        }
-        if e[FAILS_AT..FAILS_AT + n_fails]
-            .iter()
-            .any(|&a| self.mem.read_u64(a).is_some())
-        {
-            return None;
-        }
-        let mut frames = [Frame::default(); END_FRAMES];
-        for (i, f) in frames[..nf].iter_mut().enumerate() {
-            let m = e[METHODS] >> (8 * i) & 0xff;
-            *f = Frame {
-                pc: e[FRAMES_AT + 2 * i],
-                sp: e[FRAMES_AT + 2 * i + 1],
-                precise: m & 0x80 != 0,
-                method: if i == 0 {
-                    self.pending?.method
-                } else {
-                    method_from(m & 0x7f)?
-                },
-            };
-        }
-        out[..nf].copy_from_slice(&frames[..nf]);
-        let last = frames[nf - 1];
-        self.regs = A::caller(&self.regs, last.pc, last.sp, e[LAST_FP]);
-        self.depth += nf;
-        self.pending = None;
-        self.next_hot = None;
-        self.stop = stop;
-        Some(nf)
     }
 
     /// Takes general steps from the pending frame into `out`, reading

@@ -71,6 +71,8 @@ pub mod fast;
 
 pub use end::END_WORDS;
 
+use core::sync::atomic::AtomicU64;
+
 use crate::arch::{Arch, StepError};
 use crate::formats::sframe::{CfaRule, RegRule, Row};
 use crate::memory::MemoryReader;
@@ -182,13 +184,18 @@ pub trait CodeMap {
         let _ = (start, words);
     }
 
-    /// The walk end remembered under `key`, copied into `words`; `false`
-    /// if none. Its words are the walker's own: it checks them against its
-    /// state and the stack before it takes them. The default remembers
-    /// nothing.
-    fn recall_end(&self, key: u64, words: &mut [u64; END_WORDS]) -> bool {
-        let _ = (key, words);
-        false
+    /// What `take` makes of the walk end remembered under `key`; `None` if
+    /// there is none, or if it changed while `take` read it (so `take` may
+    /// see a torn entry, but its answer is then dropped). Its words are the
+    /// walker's own: it checks them against its state and the stack before
+    /// it takes them. The default remembers nothing.
+    fn recall_end<R>(
+        &self,
+        key: u64,
+        take: impl FnOnce(&[AtomicU64; END_WORDS]) -> R,
+    ) -> Option<R> {
+        let _ = (key, take);
+        None
     }
 
     /// Remembers a walk end under `key` ([`CodeMap::recall_end`]). The
@@ -247,8 +254,12 @@ macro_rules! code_map_through_deref {
         fn remember_scan(&self, start: u64, words: &[u64]) {
             (**self).remember_scan(start, words)
         }
-        fn recall_end(&self, key: u64, words: &mut [u64; $crate::walk::END_WORDS]) -> bool {
-            (**self).recall_end(key, words)
+        fn recall_end<R>(
+            &self,
+            key: u64,
+            take: impl FnOnce(&[core::sync::atomic::AtomicU64; $crate::walk::END_WORDS]) -> R,
+        ) -> Option<R> {
+            (**self).recall_end(key, take)
         }
         fn remember_end(&self, key: u64, words: &[u64; $crate::walk::END_WORDS]) {
             (**self).remember_end(key, words)

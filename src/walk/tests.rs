@@ -259,12 +259,14 @@ impl CodeMap for Remembering {
         scans.retain(|s| s.0 != start);
         scans.push((start, words.to_vec()));
     }
-    fn recall_end(&self, key: u64, words: &mut [u64; END_WORDS]) -> bool {
+    fn recall_end<R>(
+        &self,
+        key: u64,
+        take: impl FnOnce(&[core::sync::atomic::AtomicU64; END_WORDS]) -> R,
+    ) -> Option<R> {
         let ends = self.ends.borrow();
-        ends.iter()
-            .find(|e| e.0 == key)
-            .map(|e| *words = e.1)
-            .is_some()
+        let e = ends.iter().find(|e| e.0 == key)?;
+        Some(take(&e.1.map(core::sync::atomic::AtomicU64::new)))
     }
     fn remember_end(&self, key: u64, words: &[u64; END_WORDS]) {
         let mut ends = self.ends.borrow_mut();

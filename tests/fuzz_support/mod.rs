@@ -157,12 +157,14 @@ pub fn walk_synthetic(data: &[u8]) {
         fn is_sigreturn<A: stackmark::arch::Arch>(&self, pc: u64) -> bool {
             self.map.is_sigreturn::<A>(pc)
         }
-        fn recall_end(&self, key: u64, words: &mut [u64; stackmark::walk::END_WORDS]) -> bool {
+        fn recall_end<R>(
+            &self,
+            key: u64,
+            take: impl FnOnce(&[core::sync::atomic::AtomicU64; stackmark::walk::END_WORDS]) -> R,
+        ) -> Option<R> {
             let ends = self.ends.borrow();
-            ends.iter()
-                .find(|e| e.0 == key)
-                .map(|e| *words = e.1)
-                .is_some()
+            let e = ends.iter().find(|e| e.0 == key)?;
+            Some(take(&e.1.map(core::sync::atomic::AtomicU64::new)))
         }
         fn remember_end(&self, key: u64, words: &[u64; stackmark::walk::END_WORDS]) {
             let mut ends = self.ends.borrow_mut();
