@@ -86,6 +86,8 @@ pub struct Module {
     pub(crate) sframe_copy: (usize, usize),
     /// Lowest and highest executable addresses, for quick rejection.
     text: (u64, u64),
+    /// How many segments are executable: with one, `text` is that segment.
+    code_count: u8,
     /// The module can never be unloaded, so its code is read directly.
     pinned: bool,
 }
@@ -109,6 +111,7 @@ impl Module {
         compact: None,
         sframe_copy: (0, 0),
         text: (u64::MAX, 0),
+        code_count: 0,
         pinned: false,
     };
 
@@ -150,6 +153,7 @@ impl Module {
         self.segments[n] = s;
         self.segment_count += 1;
         if s.executable() {
+            self.code_count += 1;
             self.text.0 = self.text.0.min(s.start);
             self.text.1 = self.text.1.max(s.start.saturating_add(s.size));
         }
@@ -158,7 +162,7 @@ impl Module {
 
     /// Whether `addr` lies in an executable segment.
     pub fn is_code(&self, addr: u64) -> bool {
-        addr >= self.text.0 && addr < self.text.1 && self.code_segment(addr).is_some()
+        self.code_segment(addr).is_some()
     }
 
     /// Whether the module can never be unloaded (the main program, the
@@ -178,6 +182,13 @@ impl Module {
 
     /// The executable segment holding `addr`, as `[start, end)`.
     pub fn code_segment(&self, addr: u64) -> Option<(u64, u64)> {
+        if addr < self.text.0 || addr >= self.text.1 {
+            return None;
+        }
+        // The usual module has one executable segment: its text range.
+        if self.code_count == 1 {
+            return Some(self.text);
+        }
         self.segments()
             .iter()
             .find(|s| s.executable() && s.contains(addr))
@@ -316,7 +327,11 @@ impl Table {
     #[cold]
     #[inline(never)]
     fn hot_miss(&self, key: u64) -> Hot {
-        let hot = self.hot_uncached(key);
+        // Straight from the tables, not through the rule cache: the answer
+        // is kept in the step cache, and a general step that needs the row
+        // caches it itself. A cold walk's first sight of each pc then pays
+        // for one cache, not two.
+        let hot = crate::walk::fast::classify_at(self, key, &self.lookup_uncached(key));
         crate::step_cache::put(key, self.generation, hot);
         hot
     }

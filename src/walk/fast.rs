@@ -239,6 +239,13 @@ impl Hot {
     }
 }
 
+/// `lookup`, the answer for lookup pc `key`, classified for the hot path
+/// ([`CodeMap::hot_uncached`]).
+pub(crate) fn classify_at<C: CodeMap + ?Sized>(code: &C, key: u64, lookup: &Lookup) -> Hot {
+    let trampoline = code.is_known_trampoline(key) || code.is_known_trampoline(key.wrapping_add(1));
+    Hot::classify(lookup, trampoline)
+}
+
 /// The hot path's view of the pending frame: what [`run`] carries from one
 /// frame to the next and hands back.
 #[derive(Clone, Copy, Debug)]

@@ -164,9 +164,7 @@ pub trait CodeMap {
     /// or just before a known trampoline (`key` is `ra - 1` for a return
     /// address) is always left to the general step.
     fn hot_uncached(&self, key: u64) -> Hot {
-        let trampoline =
-            self.is_known_trampoline(key) || self.is_known_trampoline(key.wrapping_add(1));
-        Hot::classify(&self.lookup(key), trampoline)
+        fast::classify_at(self, key, &self.lookup(key))
     }
 
     /// The words a scan from stack address `start` read the last time,
