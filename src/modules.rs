@@ -211,6 +211,10 @@ pub struct Table {
     /// The executable ranges in `by_text` order, packed together so a
     /// search touches a few cache lines rather than every module.
     text_sorted: [(u64, u64); MAX_MODULES],
+    /// For each entry of `text_sorted`, the highest end of it and every
+    /// entry before it: below an address that no earlier range reaches,
+    /// the search stops.
+    reach: [u64; MAX_MODULES],
     dropped: usize,
     trampolines: [u64; MAX_TRAMPOLINES],
     trampoline_count: usize,
@@ -224,6 +228,7 @@ impl Table {
         count: 0,
         by_text: [0; MAX_MODULES],
         text_sorted: [(0, 0); MAX_MODULES],
+        reach: [0; MAX_MODULES],
         dropped: 0,
         trampolines: [0; MAX_TRAMPOLINES],
         trampoline_count: 0,
@@ -297,8 +302,12 @@ impl Table {
                 j -= 1;
             }
         }
-        for (slot, &i) in self.text_sorted.iter_mut().zip(&self.by_text[..self.count]) {
-            *slot = self.modules[i as usize].text;
+        let mut reach = 0;
+        for (k, &i) in self.by_text[..self.count].iter().enumerate() {
+            let text = self.modules[i as usize].text;
+            reach = reach.max(text.1);
+            self.text_sorted[k] = text;
+            self.reach[k] = reach;
         }
         self.generation = generation;
     }
@@ -306,14 +315,24 @@ impl Table {
     /// The module whose executable segments hold `addr`.
     pub fn module_for_code(&self, addr: u64) -> Option<&Module> {
         let texts = &self.text_sorted[..self.count];
-        // Last module whose text starts at or below addr; ranges may nest
-        // (the vDSO sits apart), so look back over a few candidates.
-        let pos = texts.partition_point(|t| t.0 <= addr);
-        (pos.saturating_sub(4)..pos)
-            .rev()
-            .filter(|&k| addr < texts[k].1)
-            .map(|k| &self.modules[self.by_text[k] as usize])
-            .find(|m| m.is_code(addr))
+        // The ranges starting at or below addr, nearest first; ranges may
+        // nest (the vDSO sits apart), so go on down while an earlier range
+        // still reaches past addr. Usually one comparison rejects a data
+        // address.
+        let mut k = texts.partition_point(|t| t.0 <= addr);
+        while k > 0 {
+            k -= 1;
+            if addr >= self.reach[k] {
+                return None;
+            }
+            if addr < texts[k].1 {
+                let m = &self.modules[self.by_text[k] as usize];
+                if m.is_code(addr) {
+                    return Some(m);
+                }
+            }
+        }
+        None
     }
 
     /// The module any of whose segments holds `addr`.
@@ -387,6 +406,11 @@ impl CodeMap for Table {
             Some(hit) => hit,
             None => self.hot_miss(key),
         }
+    }
+
+    /// Straight to the tables: the cache was just probed.
+    fn hot_missed(&self, key: u64, _generation: u64) -> Hot {
+        self.hot_miss(key)
     }
 
     /// The hot path's cache alone, keyed by the generation passed in (the
@@ -634,6 +658,47 @@ pub(crate) fn refresh_with(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn module(name: &[u8], code: &[(u64, u64)], data: &[(u64, u64)]) -> Module {
+        let mut m = Module::EMPTY;
+        m.set_name(name);
+        let segs = code.iter().map(|&s| (s, PF_R | PF_X));
+        for ((start, end), flags) in segs.chain(data.iter().map(|&s| (s, PF_R))) {
+            let size = end - start;
+            assert!(m.push_segment(Segment {
+                start,
+                size,
+                vaddr: start,
+                flags,
+            }));
+        }
+        m
+    }
+
+    #[test]
+    fn code_addresses_find_their_module_even_inside_another_modules_text_range() {
+        let mut t = Box::new(Table::EMPTY);
+        // "a" has two executable segments with a gap, in which "b" (one
+        // segment) and a data segment sit; "c" lies apart, above a gap.
+        t.push(module(b"a", &[(0x1000, 0x2000), (0x8000, 0x9000)], &[]));
+        t.push(module(b"c", &[(0x20000, 0x21000)], &[(0x21000, 0x22000)]));
+        t.push(module(b"b", &[(0x4000, 0x5000)], &[(0x5000, 0x6000)]));
+        t.finish(1);
+        let oracle = |addr: u64| t.modules().iter().find(|m| m.is_code(addr));
+        for addr in (0..0x23000)
+            .step_by(0x80)
+            .chain([0x1fff, 0x2000, 0x4fff, 0x8fff])
+        {
+            let got = t.module_for_code(addr).map(Module::name);
+            assert_eq!(got, oracle(addr).map(Module::name), "{addr:#x}");
+        }
+        assert_eq!(t.module_for_code(0x4800).map(Module::name), Some(&b"b"[..]));
+        assert_eq!(t.module_for_code(0x8800).map(Module::name), Some(&b"a"[..]));
+        assert!(t.module_for_code(0x6800).is_none(), "a gap in a's range");
+        assert!(t.module_for_code(0x21800).is_none(), "c's data");
+        assert_eq!(t.code_range(0x20010), Some((0x20000, 0x21000)));
+        assert_eq!(t.code_range(0x8010), Some((0x8000, 0x9000)));
+    }
 
     /// The README states the table's fixed memory; keep it honest.
     #[test]

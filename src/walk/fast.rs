@@ -324,7 +324,7 @@ fn run_with<A: Arch, M: MemoryReader, C: CodeMap, const TABLES: bool, const FP: 
         let Some((caller, fp)) = missed else {
             return n;
         };
-        let next = code.hot_at(caller.lookup_pc(), context);
+        let next = code.hot_missed(caller.lookup_pc(), context);
         if next.is_outside() {
             return n;
         }

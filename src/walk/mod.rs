@@ -160,6 +160,13 @@ pub trait CodeMap {
         Some(self.hot_at(key, context))
     }
 
+    /// [`CodeMap::hot_at`] just after [`CodeMap::hot_cached`] missed for
+    /// `key`: implementations with a cache may skip probing it again. The
+    /// default asks [`CodeMap::hot_at`].
+    fn hot_missed(&self, key: u64, context: u64) -> Hot {
+        self.hot_at(key, context)
+    }
+
     /// [`CodeMap::lookup`] at `key`, classified for the hot path. A pc at
     /// or just before a known trampoline (`key` is `ra - 1` for a return
     /// address) is always left to the general step.
@@ -238,6 +245,9 @@ macro_rules! code_map_through_deref {
         #[inline(always)]
         fn hot_cached(&self, key: u64, context: u64) -> Option<$crate::walk::fast::Hot> {
             (**self).hot_cached(key, context)
+        }
+        fn hot_missed(&self, key: u64, context: u64) -> $crate::walk::fast::Hot {
+            (**self).hot_missed(key, context)
         }
         fn hot_uncached(&self, key: u64) -> $crate::walk::fast::Hot {
             (**self).hot_uncached(key)
