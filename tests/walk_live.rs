@@ -218,11 +218,57 @@ extern "C" fn sm_test_signal_outer() -> u64 {
 fn walks_through_a_signal_frame_from_the_handler_and_from_its_ucontext() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     setup();
-    // SAFETY: installing a handler for SIGUSR1, used only by this test.
+    signal_walks(0);
+}
+
+/// A crash handler's case: the handler runs on an alternate signal stack,
+/// so its own walk starts off the registered stack, on a stack the reader
+/// learns only when it first reads there.
+#[test]
+fn walks_from_a_handler_on_an_alternate_signal_stack() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    setup();
+    let mut alt = vec![0u8; 64 << 10];
+    let (lo, hi) = (alt.as_ptr() as u64, alt.as_ptr() as u64 + alt.len() as u64);
+    // SAFETY: `alt` outlives the handler's run; the alternate stack is
+    // disabled again before it is freed.
+    unsafe {
+        let ss = libc::stack_t {
+            ss_sp: alt.as_mut_ptr().cast(),
+            ss_flags: 0,
+            ss_size: alt.len(),
+        };
+        assert_eq!(libc::sigaltstack(&ss, std::ptr::null_mut()), 0);
+    }
+    signal_walks(libc::SA_ONSTACK);
+    // SAFETY: as above.
+    unsafe {
+        let off = libc::stack_t {
+            ss_sp: std::ptr::null_mut(),
+            ss_flags: libc::SS_DISABLE,
+            ss_size: 0,
+        };
+        assert_eq!(libc::sigaltstack(&off, std::ptr::null_mut()), 0);
+    }
+    // SAFETY: the handler has finished.
+    let b = unsafe { &*SIG.0.get() };
+    let sp = b.own[0].sp;
+    assert!(
+        (lo..hi).contains(&sp),
+        "the handler ran on the alternate stack: {sp:#x}"
+    );
+    drop(alt);
+}
+
+/// Raises SIGUSR1 under a handler installed with `flags` and checks both
+/// of the handler's walks: its own, through the signal frame, and the one
+/// from its `ucontext`.
+fn signal_walks(flags: i32) {
+    // SAFETY: installing a handler for SIGUSR1, used only by these tests.
     unsafe {
         let mut sa: libc::sigaction = std::mem::zeroed();
         sa.sa_sigaction = on_usr1 as *const () as usize;
-        sa.sa_flags = libc::SA_SIGINFO;
+        sa.sa_flags = libc::SA_SIGINFO | flags;
         libc::sigaction(libc::SIGUSR1, &sa, std::ptr::null_mut());
     }
     // The handler is installed now, so glibc's restorer is known: refresh.
