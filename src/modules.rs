@@ -399,7 +399,7 @@ impl CodeMap for Table {
     }
 
     /// Served from the hot path's cache ([`crate::step_cache`]); a miss
-    /// classifies the (cached) lookup and remembers the answer.
+    /// classifies the row found in the tables and remembers the answer.
     #[inline(always)]
     fn hot_at(&self, key: u64, generation: u64) -> Hot {
         match self.hot_cached(key, generation) {

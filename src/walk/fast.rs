@@ -239,8 +239,9 @@ impl Hot {
     }
 }
 
-/// `lookup`, the answer for lookup pc `key`, classified for the hot path
-/// ([`CodeMap::hot_uncached`]).
+/// `lookup`, the answer for lookup pc `key`, classified for the hot path. A
+/// pc at or just before a known trampoline (`key` is `ra - 1` for a return
+/// address) is always left to the general step.
 pub(crate) fn classify_at<C: CodeMap + ?Sized>(code: &C, key: u64, lookup: &Lookup) -> Hot {
     let trampoline = code.is_known_trampoline(key) || code.is_known_trampoline(key.wrapping_add(1));
     Hot::classify(lookup, trampoline)

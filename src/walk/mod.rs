@@ -145,11 +145,13 @@ pub trait CodeMap {
     }
 
     /// What the hot path may do at lookup pc `key`; `context` is what
-    /// [`CodeMap::hot_context`] gave. The default classifies every time
-    /// ([`CodeMap::hot_uncached`]); implementations may cache the answer.
+    /// [`CodeMap::hot_context`] gave. The default classifies
+    /// [`CodeMap::lookup`] every time (a pc at or just before a known
+    /// trampoline is always left to the general step); implementations may
+    /// cache the answer.
     fn hot_at(&self, key: u64, context: u64) -> Hot {
         let _ = context;
-        self.hot_uncached(key)
+        fast::classify_at(self, key, &self.lookup(key))
     }
 
     /// [`CodeMap::hot_at`] when the answer is at hand without a search
@@ -165,13 +167,6 @@ pub trait CodeMap {
     /// default asks [`CodeMap::hot_at`].
     fn hot_missed(&self, key: u64, context: u64) -> Hot {
         self.hot_at(key, context)
-    }
-
-    /// [`CodeMap::lookup`] at `key`, classified for the hot path. A pc at
-    /// or just before a known trampoline (`key` is `ra - 1` for a return
-    /// address) is always left to the general step.
-    fn hot_uncached(&self, key: u64) -> Hot {
-        fast::classify_at(self, key, &self.lookup(key))
     }
 
     /// The words a scan from stack address `start` read the last time,
@@ -248,9 +243,6 @@ macro_rules! code_map_through_deref {
         }
         fn hot_missed(&self, key: u64, context: u64) -> $crate::walk::fast::Hot {
             (**self).hot_missed(key, context)
-        }
-        fn hot_uncached(&self, key: u64) -> $crate::walk::fast::Hot {
-            (**self).hot_uncached(key)
         }
         fn recall_scan(
             &self,
