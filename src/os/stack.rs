@@ -80,26 +80,28 @@ impl LiveMemory {
     #[cold]
     #[inline(never)]
     fn learn_now(&self) {
-        let Some(sp) = self.unlearned.take() else {
+        // Only the registered stack is known yet: a walk starting on it
+        // needs nothing more.
+        let Some(sp) = self.unlearned.take().filter(|&sp| !self.holds(sp)) else {
             return;
         };
-        let first = self.regions[0].get();
-        if self.count.get() > 0 && sp >= first.lo && sp < first.hi {
-            return;
-        }
         if let Some((lo, hi)) = current_altstack() {
             self.push(Region { lo, hi, limit: hi });
         }
         self.admit(sp);
     }
 
+    /// Whether a known region may hold `sp`.
+    fn holds(&self, sp: u64) -> bool {
+        self.regions[..self.count.get()]
+            .iter()
+            .any(|r| sp >= r.get().lo && sp < r.get().limit)
+    }
+
     /// Admits the stack holding `sp`, from `sp`'s page upwards, unless a
     /// known region holds it.
     fn admit(&self, sp: u64) {
-        let known = self.regions[..self.count.get()]
-            .iter()
-            .any(|r| sp >= r.get().lo && sp < r.get().limit);
-        if sp != 0 && !known {
+        if sp != 0 && !self.holds(sp) {
             let lo = sp & !(PAGE - 1);
             self.push(Region {
                 lo,
