@@ -587,30 +587,11 @@ impl<'a> SFrame<'a> {
         let start_of = |i: u32| Fde::start_of(data, h, i, base);
         let covers = |(s, n): (u64, u32)| pc >= s && pc - s < u64::from(n);
         let index = if in_order {
-            // The last FDE starting at or below pc. The probe compares the
-            // raw start field, offset by the FDE's own position under
-            // PCREL, with pc taken to the same origin: the order and every
-            // comparison are those of the start addresses, exactly (in
-            // 128 bits nothing overflows), without decoding each probe's
-            // address.
-            let size = h.fde_size();
-            let table = data.get(h.fdes..)?;
-            let pcrel = h.pcrel();
-            let origin = if pcrel { h.fdes } else { h.at };
-            let target = i128::from(pc) - i128::from(base) - origin as i128;
-            let key = |i: u32| -> Option<i128> {
-                let at = (i as usize).checked_mul(size)?;
-                let rel = if h.version == 3 {
-                    i64::from_le_bytes(table.get(at..at + 8)?.try_into().ok()?)
-                } else {
-                    i64::from(i32::from_le_bytes(table.get(at..at + 4)?.try_into().ok()?))
-                };
-                Some(i128::from(rel) + if pcrel { at as i128 } else { 0 })
-            };
+            // The last FDE starting at or below pc.
             let (mut lo, mut hi) = (0u32, h.num_fdes);
             while lo < hi {
                 let mid = lo + (hi - lo) / 2;
-                if key(mid)? <= target {
+                if start_of(mid)?.0 <= pc {
                     lo = mid + 1;
                 } else {
                     hi = mid;
