@@ -325,7 +325,9 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
 
     /// Takes general steps from the pending frame into `out`, reading
     /// through a recorder, and remembers them if they end the walk within
-    /// [`END_FRAMES`] frames and may be replayed.
+    /// [`END_FRAMES`] frames and may be replayed. Out of line: its log and
+    /// second walker would otherwise enlarge every walk's stack frame.
+    #[inline(never)]
     fn record(&mut self, state: [u64; OPTS + 1], key: u64, out: &mut [Frame]) -> usize {
         let rec = Recorder {
             inner: &self.mem,
