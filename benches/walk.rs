@@ -150,10 +150,7 @@ mod bench {
                 group.bench_function("stackmark/sframe-cold", |b| {
                     b.iter_batched(
                         || {
-                            stackmark::rule_cache::clear();
-                            stackmark::step_cache::clear();
-                            stackmark::scan_cache::clear();
-                            stackmark::end_cache::clear();
+                            stackmark::clear_caches();
                         },
                         |_| {
                             stackmark::walk_from(regs, precise, WalkOptions::default(), &mut frames)

@@ -39,3 +39,13 @@ pub use crash::{install_altstack, install_crash_handler};
 #[cfg(any(target_os = "linux", target_os = "macos"))]
 pub use panic_hook::install_panic_hook;
 pub use walk::{Frame, Method, StopReason, WalkOptions, Walker};
+
+/// Empties every cache a walk learns from: the lookups and the hot path's
+/// answers per pc, the remembered scans and the remembered walk ends. The
+/// next walk then runs cold (for measuring one). Safe at any time.
+pub fn clear_caches() {
+    rule_cache::clear();
+    step_cache::clear();
+    scan_cache::clear();
+    end_cache::clear();
+}

@@ -77,10 +77,7 @@ fn a_cold_walk_through_pinned_code_makes_no_checked_reads() {
     let mut frames = [Frame::default(); 128];
     let (mut n, mut reads) = (0, u64::MAX);
     fx::at_depth(8, &mut || {
-        stackmark::rule_cache::clear();
-        stackmark::step_cache::clear();
-        stackmark::scan_cache::clear();
-        stackmark::end_cache::clear();
+        stackmark::clear_caches();
         let before = stackmark::os::checked_reads();
         // Without frame pointers, the Rust frames below the recursion are
         // found by scanning, which asks of each candidate whether a call

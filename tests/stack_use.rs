@@ -58,10 +58,7 @@ fn measured_walk(out: &mut [Frame]) -> (usize, usize) {
 #[test]
 fn a_walk_stays_within_its_stack_budget_cold_recording_and_replaying() {
     stackmark::init().expect("init");
-    stackmark::rule_cache::clear();
-    stackmark::step_cache::clear();
-    stackmark::scan_cache::clear();
-    stackmark::end_cache::clear();
+    stackmark::clear_caches();
     let mut frames = vec![Frame::default(); 256];
     // The first walk fills the caches; the second, from the same place,
     // records its end; the later ones replay it.
