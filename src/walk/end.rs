@@ -160,16 +160,13 @@ fn replay<M: MemoryReader>(
     if nf > END_FRAMES || nw > END_WINDOW || n_fails > END_FAILS || nf > out.len() || nf >= room {
         return Recalled::Stale;
     }
-    // One read for the whole window.
-    let mut bytes = [0u8; END_WINDOW * 8];
-    let bytes = &mut bytes[..nw * 8];
-    if nw > 0 && !mem.read(w(WINDOW_LO), bytes) {
+    let mut buf = [0u8; END_WINDOW * 8];
+    let Some(window) = read_window(mem, w(WINDOW_LO), nw, &mut buf) else {
         return Recalled::Stale;
-    }
-    let same = bytes
-        .chunks_exact(8)
+    };
+    let same = window
         .zip(&e[WINDOW_AT..WINDOW_AT + nw])
-        .all(|(b, w)| b == w.load(Relaxed).to_ne_bytes());
+        .all(|(v, w)| v == w.load(Relaxed));
     let failed = (0..n_fails).all(|i| mem.read_u64(w(FAILS_AT + i)).is_none());
     if !same || !failed {
         return Recalled::Stale;
@@ -200,6 +197,26 @@ fn replay<M: MemoryReader>(
             w(LAST_FP),
         ],
     }
+}
+
+/// The `nw` (at most [`END_WINDOW`]) stack words at `lo`, read at once into
+/// `buf`; `None` if any of them is unreadable.
+#[inline(always)]
+fn read_window<'b, M: MemoryReader>(
+    mem: &M,
+    lo: u64,
+    nw: usize,
+    buf: &'b mut [u8; END_WINDOW * 8],
+) -> Option<impl Iterator<Item = u64> + 'b> {
+    let bytes = &mut buf[..nw * 8];
+    if nw > 0 && !mem.read(lo, bytes) {
+        return None;
+    }
+    Some(bytes.chunks_exact(8).map(|b| {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(b);
+        u64::from_ne_bytes(word)
+    }))
 }
 
 /// A memory reader that notes every read, for a recording.
@@ -429,15 +446,10 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             }
             nw = nw.max(off as usize / 8 + 1);
         }
-        let mut bytes = [0u8; END_WINDOW * 8];
-        if nw > 0 && !self.mem.read(lo, &mut bytes[..nw * 8]) {
-            return None;
-        }
-        for (w, b) in e[WINDOW_AT..WINDOW_AT + nw]
-            .iter_mut()
-            .zip(bytes.chunks_exact(8))
-        {
-            *w = u64::from_ne_bytes(b.try_into().ok()?);
+        let mut buf = [0u8; END_WINDOW * 8];
+        let window = read_window(&self.mem, lo, nw, &mut buf)?;
+        for (w, v) in e[WINDOW_AT..WINDOW_AT + nw].iter_mut().zip(window) {
+            *w = v;
         }
         for &(addr, word) in reads {
             if e[WINDOW_AT + ((addr - lo) / 8) as usize] != word {
