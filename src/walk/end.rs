@@ -386,26 +386,19 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
                 break;
             }
         }
-        let (regs, pending, depth, scans, stop) = (
-            sub.regs,
-            sub.pending,
-            sub.depth,
-            sub.scans_in_a_row,
-            sub.stop,
-        );
         self.last_code.set(sub.last_code.get());
-        self.regs = regs;
-        self.pending = pending;
-        self.depth = depth;
-        self.scans_in_a_row = scans;
-        self.stop = stop;
+        self.regs = sub.regs;
+        self.pending = sub.pending;
+        self.depth = sub.depth;
+        self.scans_in_a_row = sub.scans_in_a_row;
+        self.stop = sub.stop;
         self.next_hot = None;
         let log = rec.log.into_inner();
-        let entry = if pending.is_some() {
+        let entry = if self.pending.is_some() {
             // Still walking: not worth recording from here again only if
             // the steps, not the buffer, ran out.
             (n == END_FRAMES).then_some(None)
-        } else if stop == StopReason::DepthLimit {
+        } else if self.stop == StopReason::DepthLimit {
             // Depends on the depth, not on the state: try again later.
             None
         } else {
