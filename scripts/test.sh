@@ -50,20 +50,17 @@ run_tests --workspace
 # takes about 3) and run once more; test failures are never retried. Only
 # the finished run's results count in the summary.
 run_tests_under_qemu() {
-  local attempt out rc
+  local attempt rc out
+  out=$(mktemp)
   for attempt in 1 2; do
-    out=$(mktemp)
     rc=0
     timeout --kill-after=30 900 cargo test "$@" 2>&1 | tee "$out" || rc=$?
-    if [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ]; then
-      cat "$out" >>"$LOG"
-      rm -f "$out"
-      return "$rc"
-    fi
-    rm -f "$out"
+    [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] || break
     stage "the run under qemu hung (attempt $attempt, exit $rc)"
   done
-  return 124
+  cat "$out" >>"$LOG"
+  rm -f "$out"
+  return "$rc"
 }
 stage "cargo test (aarch64-unknown-linux-gnu under qemu)"
 run_tests_under_qemu --workspace --target aarch64-unknown-linux-gnu
