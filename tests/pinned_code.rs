@@ -8,7 +8,9 @@
 
 use std::ffi::CString;
 use std::process::Command;
+use std::sync::Mutex;
 
+use stackmark::arch::Native;
 use stackmark::formats::elf::{Dynamic, ElfFile};
 use stackmark::modules::Module;
 use stackmark::walk::CodeMap;
@@ -22,6 +24,7 @@ fn file_name(m: &Module) -> String {
 
 #[test]
 fn the_program_and_what_it_needs_are_pinned_and_a_dlopened_library_is_not() {
+    let _counting = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
     stackmark::init().unwrap();
     let table = stackmark::modules::current().unwrap();
     let mods = table.modules();
@@ -71,8 +74,13 @@ fn the_program_and_what_it_needs_are_pinned_and_a_dlopened_library_is_not() {
     stackmark::refresh().unwrap();
 }
 
+/// Held by the tests that count checked reads, so that none of them counts
+/// another's.
+static COUNTING: Mutex<()> = Mutex::new(());
+
 #[test]
 fn a_cold_walk_through_pinned_code_makes_no_checked_reads() {
+    let _counting = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
     stackmark::init().unwrap();
     let mut frames = [Frame::default(); 128];
     let (mut n, mut reads) = (0, u64::MAX);
@@ -94,6 +102,40 @@ fn a_cold_walk_through_pinned_code_makes_no_checked_reads() {
     assert!(n >= 3, "{methods:?}");
     assert!(methods.contains(&stackmark::Method::Scan), "{methods:?}");
     assert_eq!(reads, 0, "{methods:?}");
+}
+
+#[test]
+fn a_return_address_no_mapping_can_hold_is_no_trampoline_and_costs_no_read() {
+    let _counting = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
+    stackmark::init().unwrap();
+    let table = stackmark::modules::current().unwrap();
+    // Words a frame-pointer step through code without frame pointers (glibc's
+    // start code) reads as return addresses: a small count, all ones, a
+    // kernel address. None is in known code, so each is asked whether it is
+    // a signal trampoline outside every module.
+    let before = stackmark::os::checked_reads();
+    for pc in [0x38, 0xfff, u64::MAX, 0xffff_8000_0000_1000] {
+        assert!(!table.is_sigreturn::<Native>(pc), "{pc:#x}");
+    }
+    assert_eq!(stackmark::os::checked_reads(), before, "no system call");
+    // An address user space can hold is still read (and fails: nothing is
+    // mapped at it).
+    // SAFETY: a fresh page, mapped unreadable, unmapped at the end.
+    let page = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(page, libc::MAP_FAILED);
+    assert!(!table.is_sigreturn::<Native>(page as u64));
+    assert_eq!(stackmark::os::checked_reads(), before + 1);
+    // SAFETY: the page mapped above.
+    assert_eq!(unsafe { libc::munmap(page, 4096) }, 0);
 }
 
 /// `readelf -d`'s `(NEEDED)` lines for `path`; `None` where readelf cannot

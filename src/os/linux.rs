@@ -67,27 +67,40 @@ pub fn checked_reads() -> u64 {
 /// instead of faulting when any of them is unmapped or unreadable. It uses
 /// `process_vm_readv` on the process itself: one system call,
 /// async-signal-safe. Where that call is refused (seccomp filters,
-/// qemu-user), it copies through a pipe instead.
+/// qemu-user), it copies through a pipe instead. Bytes no user mapping can
+/// hold (the first page, or at or above 2^56) fail at once, with no call.
 pub fn read_checked(addr: u64, buf: &mut [u8]) -> bool {
     if buf.is_empty() {
         return true;
     }
+    if !super::may_be_mapped(addr, buf.len()) {
+        return false;
+    }
     CHECKED_READS.fetch_add(1, Relaxed);
-    if VM_READ.load(Relaxed) == 2 {
+    read_learning(&VM_READ, addr, buf)
+}
+
+/// [`read_checked`]'s copy, with `how` the state of what it has learnt
+/// about `process_vm_readv` (as [`VM_READ`]).
+fn read_learning(how: &AtomicU8, addr: u64, buf: &mut [u8]) -> bool {
+    if how.load(Relaxed) == 2 {
         return pipe_read(addr, buf);
     }
     let n = vm_read(addr, buf);
     if n == buf.len() as isize {
-        VM_READ.store(1, Relaxed);
+        how.store(1, Relaxed);
         return true;
     }
-    if n < 0 && VM_READ.load(Relaxed) == 0 {
+    if n < 0 && how.load(Relaxed) == 0 {
+        // Did the address fail, or the call? Asked once: either answer is
+        // kept, so later failed reads cost one system call, not two.
         let probe = [0u8; 1];
         let mut out = [1u8; 1];
         if vm_read(probe.as_ptr() as u64, &mut out) != 1 {
-            VM_READ.store(2, Relaxed);
+            how.store(2, Relaxed);
             return pipe_read(addr, buf);
         }
+        how.store(1, Relaxed);
     }
     false
 }
@@ -662,6 +675,34 @@ pub unsafe fn write_registers<S: crate::markup::Sink>(
 #[cfg(test)]
 mod tests {
     use core::mem::offset_of;
+    use core::sync::atomic::{AtomicU8, Ordering::Relaxed};
+
+    #[test]
+    fn a_failed_checked_read_learns_once_whether_the_call_works() {
+        // SAFETY: a fresh anonymous page that nothing else uses, mapped
+        // unreadable so every read of it fails, and unmapped at the end.
+        let page = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                4096,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(page, libc::MAP_FAILED);
+        // As in a process that has made no checked read yet.
+        let how = AtomicU8::new(0);
+        let mut buf = [0u8; 8];
+        assert!(!super::read_learning(&how, page as u64, &mut buf));
+        // The probe's answer is kept (1, or 2 where the call is refused, as
+        // under qemu-user), so the next failure does not probe again.
+        assert_ne!(how.load(Relaxed), 0);
+        assert!(!super::read_learning(&how, page as u64, &mut buf));
+        // SAFETY: the page mapped above.
+        assert_eq!(unsafe { libc::munmap(page, 4096) }, 0);
+    }
 
     use super::{record_deps, Deps};
     use crate::formats::elf::PF_R;

@@ -57,10 +57,14 @@ extern "C" {
 /// instead of faulting when any of them is unmapped or unreadable:
 /// `mach_vm_read_overwrite` on the task itself, which reports
 /// `KERN_INVALID_ADDRESS` rather than faulting. One Mach call, safe in a
-/// signal handler.
+/// signal handler. Bytes no user mapping can hold (the first page, or at or
+/// above 2^56) fail at once, with no call.
 pub fn read_checked(addr: u64, buf: &mut [u8]) -> bool {
     if buf.is_empty() {
         return true;
+    }
+    if !super::may_be_mapped(addr, buf.len()) {
+        return false;
     }
     let mut got = 0u64;
     // SAFETY: the kernel writes at most `buf.len()` bytes into `buf`;

@@ -18,6 +18,25 @@ pub use macos::{
 
 mod macho_image;
 mod stack;
+
+/// The lowest address any mapping of ours can start at: the first page is
+/// never mapped in a process this crate serves (a null pointer's page).
+const LOWEST_MAPPED: u64 = 4096;
+/// An address at or above which no user mapping can lie on any supported
+/// target: x86_64 user space ends below 2^47 (2^56 with 5-level paging),
+/// AArch64's below 2^52, macOS's below 2^47.
+const BEYOND_USER: u64 = 1 << 56;
+
+/// Whether `len` bytes at `addr` could all lie in user mappings. Stack words
+/// taken for addresses are mostly small numbers or all ones; ruling those
+/// out here saves a checked read (a system call) that can only fail.
+#[cfg(any(target_os = "linux", target_os = "macos"))]
+fn may_be_mapped(addr: u64, len: usize) -> bool {
+    addr >= LOWEST_MAPPED
+        && addr
+            .checked_add(len as u64)
+            .is_some_and(|end| end <= BEYOND_USER)
+}
 pub use macho_image::macho_module;
 pub use stack::{current_altstack, LiveMemory};
 
@@ -43,5 +62,28 @@ fn write_register_lines<'a, S: crate::markup::Sink>(
         if i % 4 == 3 || regs.peek().is_none() {
             m.newline();
         }
+    }
+}
+
+#[cfg(all(test, any(target_os = "linux", target_os = "macos")))]
+mod tests {
+    use super::may_be_mapped;
+
+    #[test]
+    fn small_numbers_and_addresses_beyond_user_space_cannot_be_mapped() {
+        for (addr, len) in [
+            (0, 1),
+            (0x38, 9),
+            (4095, 1),
+            (1 << 56, 1),
+            (u64::MAX - 3, 8),
+        ] {
+            assert!(!may_be_mapped(addr, len), "{addr:#x}+{len}");
+        }
+        // The last bytes below 2^56 and the second page may be.
+        assert!(may_be_mapped((1 << 56) - 8, 8));
+        assert!(!may_be_mapped((1 << 56) - 7, 8));
+        assert!(may_be_mapped(4096, 16));
+        assert!(may_be_mapped(0x7fff_f7cf_b000, 9));
     }
 }
