@@ -118,24 +118,11 @@ fn a_return_address_no_mapping_can_hold_is_no_trampoline_and_costs_no_read() {
         assert!(!table.is_sigreturn::<Native>(pc), "{pc:#x}");
     }
     assert_eq!(stackmark::os::checked_reads(), before, "no system call");
-    // An address user space can hold is still read (and fails: nothing is
-    // mapped at it).
-    // SAFETY: a fresh page, mapped unreadable, unmapped at the end.
-    let page = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            4096,
-            libc::PROT_NONE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    assert_ne!(page, libc::MAP_FAILED);
-    assert!(!table.is_sigreturn::<Native>(page as u64));
+    // An address user space can hold is still read (and fails: the page
+    // there allows no access).
+    let page = fx::UnreadablePage::new();
+    assert!(!table.is_sigreturn::<Native>(page.addr()));
     assert_eq!(stackmark::os::checked_reads(), before + 1);
-    // SAFETY: the page mapped above.
-    assert_eq!(unsafe { libc::munmap(page, 4096) }, 0);
 }
 
 /// `readelf -d`'s `(NEEDED)` lines for `path`; `None` where readelf cannot

@@ -677,36 +677,22 @@ mod tests {
     use core::mem::offset_of;
     use core::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
-    #[test]
-    fn a_failed_checked_read_learns_once_whether_the_call_works() {
-        // SAFETY: a fresh anonymous page that nothing else uses, mapped
-        // unreadable so every read of it fails, and unmapped at the end.
-        let page = unsafe {
-            libc::mmap(
-                core::ptr::null_mut(),
-                4096,
-                libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(page, libc::MAP_FAILED);
-        // As in a process that has made no checked read yet.
-        let how = AtomicU8::new(0);
-        let mut buf = [0u8; 8];
-        assert!(!super::read_learning(&how, page as u64, &mut buf));
-        // The probe's answer is kept (1, or 2 where the call is refused, as
-        // under qemu-user), so the next failure does not probe again.
-        assert_ne!(how.load(Relaxed), 0);
-        assert!(!super::read_learning(&how, page as u64, &mut buf));
-        // SAFETY: the page mapped above.
-        assert_eq!(unsafe { libc::munmap(page, 4096) }, 0);
-    }
-
     use super::{record_deps, Deps};
     use crate::formats::elf::PF_R;
     use crate::modules::{Module, Segment};
+
+    #[test]
+    fn a_failed_checked_read_learns_once_whether_the_call_works() {
+        let page = stackmark_fixtures::UnreadablePage::new();
+        // As in a process that has made no checked read yet.
+        let how = AtomicU8::new(0);
+        let mut buf = [0u8; 8];
+        assert!(!super::read_learning(&how, page.addr(), &mut buf));
+        // The probe's answer is kept (1, or 2 where the call is refused, as
+        // under qemu-user), so the next failure does not probe again.
+        assert_ne!(how.load(Relaxed), 0);
+        assert!(!super::read_learning(&how, page.addr(), &mut buf));
+    }
 
     /// A module named `name` whose one readable segment is `mem`.
     fn module(name: &[u8], mem: &[u8]) -> Module {
