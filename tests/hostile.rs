@@ -182,21 +182,9 @@ fn hostile_stacks_never_fault_the_walk() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(10_000);
     let code = common::code_segments();
-    // A page that is certainly unmapped: map one, then unmap it.
-    // SAFETY: mmap/munmap of a private anonymous page we never touch again.
-    let unmapped = unsafe {
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            4096,
-            libc::PROT_READ,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        );
-        assert_ne!(p, libc::MAP_FAILED);
-        libc::munmap(p, 4096);
-        p as u64
-    };
+    // A page that is certainly unmapped: one mapped, then unmapped as it
+    // drops.
+    let unmapped = stackmark_fixtures::UnreadablePage::new().addr();
     std::thread::Builder::new()
         .stack_size(1 << 20)
         .spawn(move || {
