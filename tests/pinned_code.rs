@@ -118,6 +118,12 @@ fn a_return_address_no_mapping_can_hold_is_no_trampoline_and_costs_no_read() {
         assert!(!table.is_sigreturn::<Native>(pc), "{pc:#x}");
     }
     assert_eq!(stackmark::os::checked_reads(), before, "no system call");
+    // Nor does the address of a static: a module's data, not code.
+    static DATA: u64 = 7;
+    let data = std::ptr::addr_of!(DATA) as u64;
+    assert!(table.module_for_code(data).is_none());
+    assert!(!table.is_sigreturn::<Native>(data));
+    assert_eq!(stackmark::os::checked_reads(), before, "a static's address");
     // An address user space can hold is still read (and fails: the page
     // there allows no access).
     let page = fx::UnreadablePage::new();
