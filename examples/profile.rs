@@ -1,8 +1,12 @@
 //! Samples its own workload on all its threads with SIGPROF, then prints the
-//! samples as markup context plus folded stacks, and its own overhead.
+//! samples as markup context plus folded stacks, and its own overhead. Each
+//! worker thread arms its own timer (`sample::ThreadTimer`, `timer_create`
+//! per thread), which keeps the rate asked; the process-wide CPU-time timer
+//! of `sample::start` is held to the kernel's tick rate.
 //!
-//! `cargo run --release --example profile [SECONDS] [HZ] > profile.txt`
-//! (defaults: 3 s at 1000 Hz). The workload runs 60 frames deep, through
+//! `cargo run --release --example profile [SECONDS] [HZ] [itimer] >
+//! profile.txt` (defaults: 3 s at 1000 Hz; `itimer` samples with
+//! `sample::start` instead, for comparison). The workload runs 60 frames deep, through
 //! SFrame-only C frames (`c_recurse`) and Rust frames.
 //!
 //! Output, on standard output: the markup context (`{{{reset}}}`,
@@ -78,16 +82,20 @@ fn cpu_time_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Runs the workload on `threads` threads for `secs`; returns work done.
+/// Runs the workload on `threads` threads for `secs`, each sampled at `hz`
+/// if given; returns work done.
 #[cfg(target_os = "linux")]
-fn run(threads: usize, secs: f64, mut on_tick: impl FnMut()) -> u64 {
+fn run(threads: usize, secs: f64, hz: Option<u32>, mut on_tick: impl FnMut()) -> u64 {
     STOP.store(false, SeqCst);
     WORK.store(0, SeqCst);
     let workers: Vec<_> = (0..threads)
         .map(|_| {
-            std::thread::spawn(|| {
+            std::thread::spawn(move || {
                 stackmark::register_thread();
-                profile_worker()
+                let timer = hz.map(|hz| stackmark::sample::ThreadTimer::start(hz).expect("timer"));
+                let x = profile_worker();
+                drop(timer);
+                x
             })
         })
         .collect();
@@ -108,11 +116,12 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let secs: f64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(3.0);
     let hz: u32 = args.next().and_then(|a| a.parse().ok()).unwrap_or(1000);
+    let itimer = args.next().as_deref() == Some("itimer");
     let threads = 2;
     stackmark::init().unwrap();
 
     // The same workload without sampling, for comparison.
-    let base_work = run(threads, secs, || {});
+    let base_work = run(threads, secs, None, || {});
 
     let mut folded: HashMap<Vec<u64>, u64> = HashMap::new();
     let mut keep = |s: &stackmark::sample::Sample| {
@@ -120,8 +129,11 @@ fn main() {
     };
     let cpu0 = cpu_time_ns();
     let (_, _, handler0) = stackmark::sample::stats();
-    stackmark::sample::start(hz).expect("start sampling");
-    let work = run(threads, secs, || {
+    if itimer {
+        stackmark::sample::start(hz).expect("start sampling");
+    }
+    let per_thread = (!itimer).then_some(hz);
+    let work = run(threads, secs, per_thread, || {
         stackmark::sample::drain(&mut keep);
     });
     stackmark::sample::stop();
@@ -154,7 +166,9 @@ fn main() {
         .sum::<usize>()
         / (taken.max(1) as usize);
     eprintln!(
-        "profile: {taken} samples ({dropped} dropped) at {hz} Hz over {secs} s on {threads} threads, {} distinct stacks, {depth} frames deep on average",
+        "profile: {taken} samples ({dropped} dropped) at {hz} Hz ({}) over {secs} s on {threads} threads ({:.0} per thread-second), {} distinct stacks, {depth} frames deep on average",
+        if itimer { "ITIMER_PROF" } else { "a timer per thread" },
+        taken as f64 / secs / threads as f64,
         stacks.len()
     );
     eprintln!(
