@@ -19,6 +19,9 @@ pub use macos::{
 mod macho_image;
 mod stack;
 
+pub use macho_image::macho_module;
+pub use stack::{current_altstack, LiveMemory};
+
 /// The lowest address any mapping of ours can start at: the first page is
 /// never mapped in a process this crate serves (a null pointer's page).
 const LOWEST_MAPPED: u64 = 4096;
@@ -37,8 +40,6 @@ fn may_be_mapped(addr: u64, len: usize) -> bool {
             .checked_add(len as u64)
             .is_some_and(|end| end <= BEYOND_USER)
 }
-pub use macho_image::macho_module;
-pub use stack::{current_altstack, LiveMemory};
 
 /// The names of AArch64 `x0`..`x30` as crash reports print them.
 #[cfg(all(any(target_os = "linux", target_os = "macos"), target_arch = "aarch64"))]
