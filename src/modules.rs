@@ -527,13 +527,13 @@ impl CodeMap for Table {
     }
 
     /// Outside any module (qemu-user's trampoline page, for one), the code
-    /// itself, read with a checked copy. A pc in a module's data is none:
-    /// stack words that point at statics cost no read.
+    /// itself, read with a checked copy. A pc in any module's segments, code
+    /// or data, is none: stack words that point at statics cost no read.
     fn is_sigreturn<A: crate::arch::Arch>(&self, pc: u64) -> bool {
         if self.is_trampoline(pc) {
             return true;
         }
-        if self.lookup(pc) != Lookup::Outside || self.module_for_addr(pc).is_some() {
+        if self.module_for_addr(pc).is_some() {
             return false;
         }
         let mut code = [0u8; 16];
