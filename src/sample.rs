@@ -165,8 +165,12 @@ extern "C" fn on_sigprof(_sig: c_int, _info: *mut libc::siginfo_t, uc: *mut c_vo
 /// [`ThreadTimer`].
 pub fn start(hz: u32) -> std::io::Result<()> {
     install()?;
-    let usec = (1_000_000 / hz.max(1)) as i64;
-    set_timer(usec)
+    set_timer(period(hz))
+}
+
+/// The time between samples at `hz` (at least 1) samples a second.
+fn period(hz: u32) -> core::time::Duration {
+    core::time::Duration::from_nanos(1_000_000_000 / u64::from(hz.max(1)))
 }
 
 /// Installs the SIGPROF handler and readies the ring, building the module
@@ -233,14 +237,14 @@ impl ThreadTimer {
             return Err(std::io::Error::last_os_error());
         }
         let timer = ThreadTimer { id };
-        let ns = 1_000_000_000 / i64::from(hz.max(1));
-        let period = libc::timespec {
-            tv_sec: ns / 1_000_000_000,
-            tv_nsec: (ns % 1_000_000_000) as _,
+        let p = period(hz);
+        let p = libc::timespec {
+            tv_sec: p.as_secs() as _,
+            tv_nsec: p.subsec_nanos() as _,
         };
         let spec = libc::itimerspec {
-            it_interval: period,
-            it_value: period,
+            it_interval: p,
+            it_value: p,
         };
         // SAFETY: a timer created above and a valid itimerspec.
         if unsafe { libc::timer_settime(timer.id, 0, &spec, core::ptr::null_mut()) } != 0 {
@@ -272,10 +276,11 @@ fn prefault_ring() {
     }
 }
 
-fn set_timer(usec: i64) -> std::io::Result<()> {
+/// Arms `ITIMER_PROF` every `p`; zero disarms it.
+fn set_timer(p: core::time::Duration) -> std::io::Result<()> {
     let tv = libc::timeval {
-        tv_sec: usec / 1_000_000,
-        tv_usec: (usec % 1_000_000) as _,
+        tv_sec: p.as_secs() as _,
+        tv_usec: p.subsec_micros() as _,
     };
     let it = libc::itimerval {
         it_interval: tv,
@@ -291,7 +296,7 @@ fn set_timer(usec: i64) -> std::io::Result<()> {
 /// Stops the timer (the handler stays installed, so a late signal is still
 /// harmless).
 pub fn stop() {
-    let _ = set_timer(0);
+    let _ = set_timer(core::time::Duration::ZERO);
 }
 
 /// Hands every recorded sample to `f`, oldest first, and frees its slot.
