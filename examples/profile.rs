@@ -92,10 +92,9 @@ fn run(threads: usize, secs: f64, hz: Option<u32>, mut on_tick: impl FnMut()) ->
         .map(|_| {
             std::thread::spawn(move || {
                 stackmark::register_thread();
-                let timer = hz.map(|hz| stackmark::sample::ThreadTimer::start(hz).expect("timer"));
-                let x = profile_worker();
-                drop(timer);
-                x
+                // Held, so sampling this thread, until the worker returns.
+                let _timer = hz.map(|hz| stackmark::sample::ThreadTimer::start(hz).expect("timer"));
+                profile_worker()
             })
         })
         .collect();

@@ -8,16 +8,13 @@
 
 #![cfg(target_os = "linux")]
 
+mod common;
+
 use std::ffi::CString;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-fn tid() -> i32 {
-    // SAFETY: gettid has no preconditions.
-    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
-}
 
 #[test]
 fn sampling_at_10_khz_survives_allocation_loading_and_panics() {
@@ -38,7 +35,7 @@ fn sampling_at_10_khz_survives_allocation_loading_and_panics() {
         let (stop, work, tids) = (stop.clone(), work.clone(), tids.clone());
         std::thread::spawn(move || {
             stackmark::register_thread();
-            tids[i].store(tid(), SeqCst);
+            tids[i].store(common::tid(), SeqCst);
             let mut n = 0;
             while !stop.load(SeqCst) {
                 black_box(f(n));

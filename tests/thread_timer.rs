@@ -4,6 +4,8 @@
 
 #![cfg(target_os = "linux")]
 
+mod common;
+
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::time::{Duration, Instant};
@@ -19,11 +21,6 @@ fn spin(d: Duration) -> u64 {
     x
 }
 
-fn tid() -> i32 {
-    // SAFETY: gettid has no preconditions.
-    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
-}
-
 #[test]
 fn a_thread_timer_samples_its_own_thread_only_and_stops_when_dropped() {
     stackmark::init().unwrap();
@@ -32,7 +29,7 @@ fn a_thread_timer_samples_its_own_thread_only_and_stops_when_dropped() {
     // sample it too.
     let other = std::thread::spawn(|| {
         stackmark::register_thread();
-        let t = tid();
+        let t = common::tid();
         while !DONE.load(SeqCst) {
             spin(Duration::from_millis(5));
         }
@@ -46,7 +43,7 @@ fn a_thread_timer_samples_its_own_thread_only_and_stops_when_dropped() {
         // After the drop nothing more arrives, though this thread runs on.
         let taken = stackmark::sample::stats().0;
         spin(Duration::from_millis(50));
-        (tid(), taken, stackmark::sample::stats().0)
+        (common::tid(), taken, stackmark::sample::stats().0)
     })
     .join()
     .unwrap();

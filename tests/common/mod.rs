@@ -136,3 +136,10 @@ pub fn code_segments() -> Vec<(u64, u64)> {
         })
         .collect()
 }
+
+/// The calling thread's kernel id (what `Sample::tid` records).
+#[cfg(target_os = "linux")]
+pub fn tid() -> i32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
+}
