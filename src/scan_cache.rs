@@ -41,7 +41,8 @@ pub fn put(start: u64, generation: u64, words: &[u64]) {
     let mut w = [0u64; SCAN_MEMO_WORDS + 1];
     w[0] = words.len() as u64;
     w[1..=words.len()].copy_from_slice(words);
-    CACHE.put(start, generation, w);
+    // Only the count and the words it covers: `get` reads no further.
+    CACHE.put_prefix(start, generation, &w[..=words.len()]);
 }
 
 /// Empties the cache (for measuring cold walks). Safe at any time.
