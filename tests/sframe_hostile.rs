@@ -9,7 +9,7 @@ mod sframe_support;
 use common::Rng;
 
 use sframe_support::Case;
-use stackmark::formats::sframe::{Error, SFrame};
+use stackmark::formats::sframe::{Error, PieceEntry, SFrame};
 
 fn case(name: &str) -> (Vec<u8>, u64) {
     let c = Case::load(name);
@@ -459,30 +459,43 @@ fn errors_name_what_is_wrong_and_where() {
 /// Looks up pcs in and around every function of a parsed section: none may
 /// panic, and every row found must lie in its function.
 fn exercise(s: &SFrame<'_>) -> usize {
-    let probe = |pc: u64| {
+    let mut pcs = Vec::new();
+    if let Some((lo, hi)) = s.pc_range() {
+        for k in 0..64 {
+            pcs.push(lo.wrapping_add((hi.wrapping_sub(lo) / 64).wrapping_mul(k)));
+        }
+        pcs.extend([hi, lo.wrapping_sub(1)]);
+    }
+    let mut rows = 0;
+    for f in s.functions() {
+        pcs.extend([f.fde.start, f.fde.start + u64::from(f.fde.size) / 2]);
+        rows += f.rows().count();
+    }
+    for &pc in &pcs {
         s.find_row(pc).inspect(|r| {
             assert!(pc >= r.func_start && pc - r.func_start < u64::from(r.func_size));
             assert!(r.row_start <= pc);
         });
-    };
-    let mut rows = 0;
-    if let Some((lo, hi)) = s.pc_range() {
-        for k in 0..64 {
-            probe(lo.wrapping_add((hi.wrapping_sub(lo) / 64).wrapping_mul(k)));
-        }
-        probe(hi);
-        probe(lo.wrapping_sub(1));
     }
-    for f in s.functions() {
-        for pc in [f.fde.start, f.fde.start + u64::from(f.fde.size) / 2] {
-            probe(pc);
-        }
-        rows += f.rows().count();
-    }
+    indexed_agrees(*s, pcs);
     for p in s.pieces() {
         rows += p.functions().count();
     }
     rows
+}
+
+/// Looks each pc up through a piece index and without one, which must
+/// agree; how many pcs were compared.
+fn indexed_agrees(s: SFrame<'_>, pcs: impl IntoIterator<Item = u64>) -> usize {
+    let mut slots = vec![PieceEntry::EMPTY; s.piece_index_len()];
+    let indexed = s.with_piece_index(&mut slots);
+    assert_eq!(indexed.is_indexed(), s.piece_count() > 1);
+    let mut n = 0;
+    for pc in pcs {
+        assert_eq!(indexed.find_row(pc), s.find_row(pc), "at {pc:#x}");
+        n += 1;
+    }
+    n
 }
 
 #[test]
@@ -572,4 +585,113 @@ fn a_real_concatenation_looks_up_each_piece_at_its_own_addresses() {
     }
     assert!(compared > 90);
     assert_eq!(whole.functions().count(), 7);
+    let (lo, hi) = whole.pc_range().unwrap();
+    assert!(indexed_agrees(whole, lo - 16..hi + 16) > 90);
+}
+
+/// A concatenation of `first` and `second` in which the second piece's one
+/// function starts at `start` (its PCREL version 3 start field rewritten).
+fn overlapping(first: &[u8], second: &[u8], base: u64, start: u64) -> Vec<u8> {
+    let (mut d, at) = concat(first, second);
+    let fdes = SFrame::parse(second, 1 << 32).unwrap().header().fdes;
+    let field = at + fdes;
+    let rel = start.wrapping_sub(base + field as u64);
+    d[field..field + 8].copy_from_slice(&rel.to_le_bytes());
+    d
+}
+
+#[test]
+fn where_pieces_overlap_the_index_answers_from_the_first_piece_as_a_plain_lookup_does() {
+    // Pieces that describe the same code (as a hostile or broken linker
+    // could leave them): the first piece in the section answers. The second
+    // piece's function starts 2 bytes below the first piece's lowest, so it
+    // sorts first in the index whichever piece comes first in the section.
+    let (a, base_a) = case("test-x86_64-2.46");
+    let (b, _) = case("cfi-sframe-x86_64-esc-expr-1-2.46");
+    let a_first = SFrame::parse(&a, base_a)
+        .unwrap()
+        .functions()
+        .next()
+        .unwrap()
+        .fde;
+    let lo_a = a_first.start;
+    let start = lo_a - 2;
+    let a_then_b = overlapping(&a, &b, base_a, start);
+    let whole = SFrame::parse(&a_then_b, base_a).unwrap();
+    let b_fn = whole.functions().last().unwrap().fde;
+    assert_eq!(b_fn.start, start);
+    // Both pieces cover the first piece's first function.
+    let overlap = lo_a..lo_a + u64::from(a_first.size);
+    assert!(start + u64::from(b_fn.size) >= overlap.end && overlap.end > lo_a + 4);
+    for pc in overlap.clone() {
+        assert_eq!(whole.find_row(pc).unwrap().func_start, lo_a, "{pc:#x}");
+    }
+    assert!(indexed_agrees(whole, start - 8..overlap.end + 64) > 70);
+
+    // The other way round: the piece starting lower comes first.
+    let (b_first, base_b) = {
+        // Put B first, at the section start, and A after it.
+        let (d, at) = concat(&b, &a);
+        (d, base_a.wrapping_sub(at as u64))
+    };
+    let mut b_first = b_first;
+    let fdes = SFrame::parse(&b, 1 << 32).unwrap().header().fdes;
+    let rel = start.wrapping_sub(base_b + fdes as u64);
+    b_first[fdes..fdes + 8].copy_from_slice(&rel.to_le_bytes());
+    let whole = SFrame::parse(&b_first, base_b).unwrap();
+    assert_eq!(whole.functions().next().unwrap().fde.start, start);
+    for pc in overlap.clone() {
+        assert_eq!(whole.find_row(pc).unwrap().func_start, start, "{pc:#x}");
+    }
+    assert!(indexed_agrees(whole, start - 8..overlap.end + 64) > 70);
+}
+
+#[test]
+fn a_piece_inside_the_span_of_another_does_not_hide_the_others_later_functions() {
+    // The second piece's function sits in a gap between the first piece's
+    // functions, so the piece whose span starts last below a later function
+    // is the wrong one: the index must go on to the first piece.
+    let (a, base_a) = case("test-x86_64-2.46");
+    let (b, _) = case("cfi-sframe-x86_64-esc-expr-1-2.46");
+    let plain_a = SFrame::parse(&a, base_a).unwrap();
+    let starts: Vec<u64> = plain_a.functions().map(|f| f.fde.start).collect();
+    let (lo_a, hi_a) = plain_a.pc_range().unwrap();
+    // The gap after the PLT entries, before the text.
+    let start = lo_a + 0x20;
+    let data = overlapping(&a, &b, base_a, start);
+    let whole = SFrame::parse(&data, base_a).unwrap();
+    let b_fn = whole.functions().last().unwrap().fde;
+    assert_eq!(b_fn.start, start);
+    assert!(starts
+        .iter()
+        .all(|&s| s < start || s >= start + u64::from(b_fn.size)));
+    let later = *starts.last().unwrap();
+    assert!(later > start + u64::from(b_fn.size));
+    assert_eq!(whole.find_row(later).unwrap().func_start, later);
+    assert!(indexed_agrees(whole, lo_a - 16..hi_a + 16) > 300);
+}
+
+#[test]
+fn pieces_out_of_address_order_are_found_through_the_index() {
+    // A linker script may place objects' code in another order than their
+    // `.sframe` pieces: here the section holds a piece for high addresses,
+    // then the real one, then one for low addresses.
+    let (a, base) = case("test-x86_64-2.46");
+    let (b, _) = case("cfi-sframe-x86_64-esc-expr-1-2.46");
+    let (lo_a, hi_a) = SFrame::parse(&a, base).unwrap().pc_range().unwrap();
+    let (high, low) = (hi_a + 0x1000, lo_a - 0x400);
+    let (d, at_a) = concat(&b, &a);
+    let (mut d, at_low) = concat(&d, &b);
+    let fdes = SFrame::parse(&b, 1 << 32).unwrap().header().fdes;
+    let base = base - at_a as u64;
+    for (at, start) in [(0, high), (at_low, low)] {
+        let field = at + fdes;
+        let rel = start.wrapping_sub(base + field as u64);
+        d[field..field + 8].copy_from_slice(&rel.to_le_bytes());
+    }
+    let whole = SFrame::parse(&d, base).unwrap();
+    let starts: Vec<u64> = whole.pieces().map(|p| p.pc_range().unwrap().0).collect();
+    assert_eq!(starts, [high, lo_a, low]);
+    assert!(whole.find_row(low).is_some() && whole.find_row(high).is_some());
+    assert!(indexed_agrees(whole, low - 16..high + 128) > 0x1000);
 }

@@ -26,7 +26,7 @@ use gimli::{
 use object::{Object, ObjectSection};
 use sframe_support::{function_lines, run_dump, scratch};
 use stackmark::formats::elf::{ElfFile, PT_GNU_SFRAME};
-use stackmark::formats::sframe::{Abi, CfaRule, RegRule, Row, SFrame};
+use stackmark::formats::sframe::{Abi, CfaRule, PieceEntry, RegRule, Row, SFrame};
 
 /// The C program: recursion, VLAs and alloca (CFA on the frame pointer),
 /// frames needing 2- and 4-byte offsets, many callee-saved registers, a
@@ -545,6 +545,18 @@ fn rustc_and_rust_lld_give_concatenated_pcrel_version_2_matching_the_cfi() {
         assert!(piece.header().pcrel());
     }
     assert_eq!(sframe.pieces().count() as u32, sframe.piece_count());
+    // Through an index of the pieces, every pc finds what it finds without.
+    let mut slots = vec![PieceEntry::EMPTY; sframe.piece_index_len()];
+    let indexed = sframe.with_piece_index(&mut slots);
+    assert!(indexed.is_indexed());
+    let (lo, hi) = sframe.pc_range().unwrap();
+    let mut found = 0;
+    for pc in lo - 16..hi + 16 {
+        let row = indexed.find_row(pc);
+        assert_eq!(row, sframe.find_row(pc), "at {pc:#x}");
+        found += usize::from(row.is_some());
+    }
+    assert!(found > 1000, "{found}");
     let t = compare_with_cfi(&exe, &file, &sframe);
     assert!(t.functions >= 10 && t.pcs > 200 && t.fp_saved > 0, "{t:?}");
     assert!(t.word_sizes.contains(&2), "{t:?}");

@@ -2,7 +2,7 @@
 // every saved finding is replayed by `cargo test` on stable.
 #[allow(dead_code)]
 pub fn sframe_parse(data: &[u8]) {
-    use stackmark::formats::sframe::SFrame;
+    use stackmark::formats::sframe::{PieceEntry, SFrame};
     if data.len() < 8 {
         return;
     }
@@ -11,6 +11,11 @@ pub fn sframe_parse(data: &[u8]) {
     let Ok(sf) = SFrame::parse(section, base) else {
         return;
     };
+    assert!(SFrame::count_pieces(section) >= sf.piece_count() as usize);
+    // Every lookup answers the same through an index of the pieces.
+    let mut slots = vec![PieceEntry::EMPTY; sf.piece_index_len()];
+    let indexed = sf.with_piece_index(&mut slots);
+    let probe = |pc: u64| assert_eq!(indexed.find_row(pc), sf.find_row(pc), "at {pc:#x}");
     let _ = sf.pc_range();
     for f in sf.functions() {
         for fre in f.fres() {
@@ -24,14 +29,14 @@ pub fn sframe_parse(data: &[u8]) {
             u64::from(f.fde.size.saturating_sub(1)),
             u64::from(f.fde.size),
         ] {
-            let _ = sf.find_row(start.wrapping_add(off));
+            probe(start.wrapping_add(off));
         }
     }
     for piece in sf.pieces() {
         let _ = piece.pc_range();
     }
     for w in data.chunks_exact(8).take(64) {
-        let _ = sf.find_row(u64::from_le_bytes(w.try_into().unwrap()));
+        probe(u64::from_le_bytes(w.try_into().unwrap()));
     }
 }
 

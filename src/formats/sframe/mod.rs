@@ -45,11 +45,13 @@
 mod fde;
 mod fre;
 mod header;
+mod index;
 mod row;
 
 pub use fde::{Fde, FDE_TYPE_DEFAULT, FDE_TYPE_FLEX};
 pub use fre::{Fre, MAX_WORDS};
 pub use header::{Header, F_FDE_FUNC_START_PCREL, F_FDE_SORTED, F_FRAME_POINTER, MAGIC};
+pub use index::PieceEntry;
 pub use row::{Abi, CfaRule, RegRule, Row};
 
 /// What is wrong with a section. Offsets count from the start of the data
@@ -268,6 +270,9 @@ pub struct SFrame<'a> {
     /// lookups scan; bit 63 stands for every piece from 63 on.
     unsorted: u64,
     range: Option<(u64, u64)>,
+    /// The pieces of a concatenation sorted by span, when the caller gave
+    /// memory for them ([`SFrame::with_piece_index`]).
+    index: Option<&'a [PieceEntry]>,
 }
 
 /// Where the piece after one ending at `end` starts (after zero padding), or
@@ -416,6 +421,7 @@ impl<'a> SFrame<'a> {
             pieces,
             unsorted,
             range,
+            index: None,
         })
     }
 
@@ -516,6 +522,7 @@ impl<'a> SFrame<'a> {
                 pieces: 1,
                 unsorted: if summary.in_order { 0 } else { 1 },
                 range: summary.range,
+                index: None,
             })
         })
     }
@@ -536,7 +543,9 @@ impl<'a> SFrame<'a> {
     }
 
     /// The function whose FDE covers `pc`, if any: a binary search per piece
-    /// (a scan for a piece whose FDEs are out of order).
+    /// (a scan for a piece whose FDEs are out of order), in every piece of a
+    /// concatenation until one answers, or only in those whose span holds
+    /// `pc` through a [piece index](Self::with_piece_index).
     ///
     /// ```
     /// use stackmark::formats::sframe::SFrame;
@@ -553,6 +562,9 @@ impl<'a> SFrame<'a> {
         }
         if self.pieces == 1 {
             return self.find_in_piece(&self.first, self.unsorted & 1 == 0, pc);
+        }
+        if let Some(index) = self.index {
+            return self.find_indexed(index, pc);
         }
         self.headers().enumerate().find_map(|(k, h)| {
             let in_order = self.unsorted & unsorted_bit(k as u32) == 0;
