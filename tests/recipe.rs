@@ -76,6 +76,13 @@ fn recipe_binary_walks_rust_frames_by_sframe_v2() {
     );
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("sframe true"), "{text}");
+    let pieces: u32 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("pieces "))
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .expect("a pieces line");
+    assert!(pieces > 1, "{text}");
+    assert!(text.contains("indexed true"), "{text}");
     let frames: Vec<(String, String)> = text
         .lines()
         .filter_map(|l| l.strip_prefix("frame "))

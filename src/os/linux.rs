@@ -9,7 +9,7 @@ use core::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
 use crate::formats::elf::{
     self, Dynamic, ElfFile, ProgramHeader, PHDR_SIZE, PT_DYNAMIC, PT_GNU_SFRAME, PT_LOAD, PT_NOTE,
 };
-use crate::formats::sframe::SFrame;
+use crate::formats::sframe::{PieceEntry, SFrame};
 use crate::modules::{self, Module, RefreshError, Segment, Table, MAX_MODULES};
 
 const PAGE: u64 = 4096;
@@ -215,14 +215,25 @@ fn sframe_from_file(path: &CStr, bias: u64) -> Option<(u64, u64)> {
     (s.flags & elf::SHF_ALLOC != 0 && s.size != 0).then(|| (bias.wrapping_add(s.addr), s.size))
 }
 
-/// Copies SFrame data into an anonymous mapping the table owns and
-/// validates it there.
+/// Copies SFrame data into an anonymous mapping the table owns, validates it
+/// there, and, for a concatenation of per-object pieces, builds the index of
+/// its pieces after the data in the same mapping.
 fn copy_sframe(addr: u64, len: u64) -> Option<(SFrame<'static>, (usize, usize))> {
     let src = loaded(addr, len)?;
-    let size = (len as usize).div_ceil(PAGE as usize) * PAGE as usize;
+    let slots_at = src
+        .len()
+        .next_multiple_of(core::mem::align_of::<PieceEntry>());
+    let slots = match SFrame::count_pieces(src) {
+        n if n > 1 => n,
+        _ => 0,
+    };
+    let bytes = slots_at + slots * core::mem::size_of::<PieceEntry>();
+    let size = bytes.div_ceil(PAGE as usize) * PAGE as usize;
     // SAFETY: a fresh anonymous mapping of `size` bytes, checked for failure;
-    // the copy stays within it.
-    let copy: &'static [u8] = unsafe {
+    // the copy and the slots (aligned, each written before the slice over
+    // them is formed) stay within it. Nothing writes to it once it is made
+    // read-only.
+    let (copy, slots): (&'static [u8], &'static mut [PieceEntry]) = unsafe {
         let p = libc::mmap(
             core::ptr::null_mut(),
             size,
@@ -235,13 +246,25 @@ fn copy_sframe(addr: u64, len: u64) -> Option<(SFrame<'static>, (usize, usize))>
             return None;
         }
         core::ptr::copy_nonoverlapping(src.as_ptr(), p.cast(), src.len());
-        libc::mprotect(p, size, libc::PROT_READ);
-        core::slice::from_raw_parts(p as *const u8, src.len())
+        let first = p.cast::<u8>().add(slots_at).cast::<PieceEntry>();
+        for i in 0..slots {
+            first.add(i).write(PieceEntry::EMPTY);
+        }
+        (
+            core::slice::from_raw_parts(p as *const u8, src.len()),
+            core::slice::from_raw_parts_mut(first, slots),
+        )
     };
+    let mapping = (copy.as_ptr() as usize, size);
     match SFrame::parse(copy, addr) {
-        Ok(s) => Some((s, (copy.as_ptr() as usize, size))),
+        Ok(s) => {
+            let s = s.with_piece_index(slots);
+            // SAFETY: the whole mapping made above; only reads follow.
+            unsafe { libc::mprotect(mapping.0 as *mut c_void, size, libc::PROT_READ) };
+            Some((s, mapping))
+        }
         Err(_) => {
-            release_copy((copy.as_ptr() as usize, size));
+            release_copy(mapping);
             None
         }
     }
