@@ -222,10 +222,46 @@ mod bench {
         });
     }
 
+    /// A lookup in a concatenation of 64 pieces, as rust-lld leaves one per
+    /// object: without the piece index every piece before the right one is
+    /// searched; with it (as the module table builds it), one is.
+    fn concatenated_lookups(c: &mut Criterion) {
+        use stackmark::formats::sframe::{PieceEntry, SFrame};
+        // cfi-sframe-x86_64-3 as GNU as/ld 2.46 wrote it (version 3, PCREL),
+        // its one function grown from 0 to 48 bytes so that pcs hit it.
+        let mut piece = [
+            0xe2, 0xde, 3, 5, 3, 0, 0xf8, 0, 1, 0, 0, 0, 1, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 16, 0,
+            0, 0, 0xe4, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0,
+            0, 0, 0, 2, 8, 0, 0, 0, 0,
+        ];
+        piece[36] = 48;
+        let data: Vec<u8> = piece.iter().copied().cycle().take(piece.len() * 64).collect();
+        let base = 0x40_0000;
+        let plain = SFrame::parse(&data, base).unwrap();
+        let mut slots = vec![PieceEntry::EMPTY; plain.piece_index_len()];
+        let indexed = plain.with_piece_index(&mut slots);
+        // One pc in each piece's function, in a scattered order.
+        let pcs: Vec<u64> = (0..64u64)
+            .map(|k| base + (k * 37 % 64) * piece.len() as u64 + 20)
+            .collect();
+        assert!(pcs.iter().all(|&pc| indexed.find_row(pc).is_some()));
+        let mut group = c.benchmark_group("sframe-lookup-64-pieces");
+        for (name, s) in [("plain", plain), ("indexed", indexed)] {
+            group.bench_function(name, |b| {
+                b.iter(|| {
+                    pcs.iter()
+                        .filter(|&&pc| s.find_row(black_box(pc)).is_some())
+                        .count()
+                })
+            });
+        }
+    }
+
     pub fn main() {
         let mut c = config().configure_from_args();
         walks(&mut c);
         report_and_init(&mut c);
+        concatenated_lookups(&mut c);
         c.final_summary();
     }
 }
