@@ -297,6 +297,16 @@ fn compare_with_cfi(exe: &Path, file: &[u8], sframe: &SFrame<'_>) -> Tally {
     let cfi = Cfi::new(file, abi);
     let table = cfi.hdr.table().expect(".eh_frame_hdr has a search table");
     let (lo, hi) = sframe.pc_range().expect("functions");
+    // Every byte of the span, in a function or between functions: found
+    // exactly where a function covers it.
+    let spans: Vec<(u64, u64)> = sframe
+        .functions()
+        .map(|f| (f.fde.start, f.fde.start + u64::from(f.fde.size)))
+        .collect();
+    for pc in lo - 16..hi + 16 {
+        let covered = spans.iter().any(|&(s, e)| s <= pc && pc < e);
+        assert_eq!(sframe.find_function(pc).is_some(), covered, "at {pc:#x}");
+    }
     let boundaries = instruction_boundaries(exe, abi, lo, hi);
     let mut ctx = UnwindContext::new();
     let mut tally = Tally::default();

@@ -42,6 +42,7 @@
 //! assert_eq!(sframe.find_row(0x400000), None);
 //! ```
 
+mod coverage;
 mod fde;
 mod fre;
 mod header;
@@ -53,6 +54,8 @@ pub use fre::{Fre, MAX_WORDS};
 pub use header::{Header, F_FDE_FUNC_START_PCREL, F_FDE_SORTED, F_FRAME_POINTER, MAGIC};
 pub use index::PieceEntry;
 pub use row::{Abi, CfaRule, RegRule, Row};
+
+use coverage::Coverage;
 
 /// What is wrong with a section. Offsets count from the start of the data
 /// given to [`SFrame::parse`].
@@ -273,6 +276,8 @@ pub struct SFrame<'a> {
     /// The pieces of a concatenation sorted by span, when the caller gave
     /// memory for them ([`SFrame::with_piece_index`]).
     index: Option<&'a [PieceEntry]>,
+    /// Which parts of `range` any function covers.
+    coverage: Coverage,
 }
 
 /// Where the piece after one ending at `end` starts (after zero padding), or
@@ -281,6 +286,28 @@ fn next_piece(data: &[u8], end: usize) -> Option<usize> {
     let rest = data.get(end..)?;
     let pad = rest.iter().position(|&b| b != 0)?;
     Some(end + pad)
+}
+
+/// Which parts of `range` the functions of the pieces `headers` cover.
+fn coverage_of(
+    data: &[u8],
+    headers: impl Iterator<Item = Header>,
+    base: u64,
+    range: Option<(u64, u64)>,
+) -> Coverage {
+    let Some((lo, hi)) = range else {
+        return Coverage::default();
+    };
+    let mut coverage = Coverage::new(hi - lo);
+    for h in headers {
+        for i in 0..h.num_fdes {
+            // Validated: every function lies inside `range`.
+            if let Some((start, size)) = Fde::start_of(data, &h, i, base) {
+                coverage.mark(start - lo, start - lo + u64::from(size));
+            }
+        }
+    }
+    coverage
 }
 
 fn unsorted_bit(k: u32) -> u64 {
@@ -414,7 +441,7 @@ impl<'a> SFrame<'a> {
         if let (true, Some(piece)) = (pieces > 1, without_pcrel) {
             return Err(Error::ConcatenatedWithoutPcrel { piece });
         }
-        Ok(SFrame {
+        let mut sframe = SFrame {
             data,
             base: section_addr,
             first,
@@ -422,7 +449,10 @@ impl<'a> SFrame<'a> {
             unsorted,
             range,
             index: None,
-        })
+            coverage: Coverage::default(),
+        };
+        sframe.coverage = coverage_of(data, sframe.headers(), section_addr, range);
+        Ok(sframe)
     }
 
     /// The ABI the section describes.
@@ -523,6 +553,7 @@ impl<'a> SFrame<'a> {
                 unsorted: if summary.in_order { 0 } else { 1 },
                 range: summary.range,
                 index: None,
+                coverage: coverage_of(data, core::iter::once(h), base, summary.range),
             })
         })
     }
@@ -557,7 +588,7 @@ impl<'a> SFrame<'a> {
     /// ```
     pub fn find_function(&self, pc: u64) -> Option<Function<'a>> {
         let (lo, hi) = self.range?;
-        if pc < lo || pc >= hi {
+        if pc < lo || pc >= hi || !self.coverage.may_cover(pc - lo) {
             return None;
         }
         if self.pieces == 1 {
