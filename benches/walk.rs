@@ -235,7 +235,12 @@ mod bench {
             0, 0, 0, 2, 8, 0, 0, 0, 0,
         ];
         piece[36] = 48;
-        let data: Vec<u8> = piece.iter().copied().cycle().take(piece.len() * 64).collect();
+        let data: Vec<u8> = piece
+            .iter()
+            .copied()
+            .cycle()
+            .take(piece.len() * 64)
+            .collect();
         let base = 0x40_0000;
         let plain = SFrame::parse(&data, base).unwrap();
         let mut slots = vec![PieceEntry::EMPTY; plain.piece_index_len()];
