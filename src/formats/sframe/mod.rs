@@ -9,7 +9,10 @@
 //! mold concatenate the per-object `.sframe` sections without merging them.
 //! Each piece is read on its own. A concatenation is accepted only when every
 //! piece has `SFRAME_F_FDE_FUNC_START_PCREL`: without it, start addresses
-//! count from a section start the linker never fixed up.
+//! count from a section start the linker never fixed up. A lookup searches
+//! the pieces in turn, or, through an index of them sorted by address built
+//! in memory the caller gives ([`SFrame::with_piece_index`]), only the
+//! pieces whose functions span the pc.
 //!
 //! ```
 //! use stackmark::formats::sframe::{Abi, CfaRule, RegRule, SFrame};
