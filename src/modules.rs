@@ -384,7 +384,7 @@ impl Table {
         match self.module_for_code(pc) {
             None => Lookup::Outside,
             Some(m) => {
-                if let Some(row) = m.sframe.and_then(|s| s.find_row(pc)) {
+                if let Some(row) = m.sframe.as_ref().and_then(|s| s.find_row(pc)) {
                     return Lookup::SFrame(row);
                 }
                 let Some((info, base)) = m.compact else {
