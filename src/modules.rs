@@ -387,7 +387,8 @@ impl Table {
                 if let Some(row) = m.sframe.as_ref().and_then(|s| s.find_row(pc)) {
                     return Lookup::SFrame(row);
                 }
-                let Some((info, base)) = m.compact else {
+                // Read where it is stored, as the SFrame section is.
+                let Some((info, base)) = m.compact.as_ref().map(|(i, b)| (i, *b)) else {
                     return Lookup::NoInfo;
                 };
                 let entry = u32::try_from(pc.wrapping_sub(base))
