@@ -5,9 +5,8 @@
 //! pieces interleave. The caller provides the memory, so building it does
 //! not allocate.
 
-use super::fde::Fde;
 use super::header::Header;
-use super::{unsorted_bit, Abi, Function, SFrame};
+use super::{extents, unsorted_bit, Abi, Function, SFrame};
 
 /// One piece of a concatenated section in a piece index: its header and
 /// the span of its functions. See [`SFrame::with_piece_index`].
@@ -51,14 +50,8 @@ impl PieceEntry {
 
 /// `[lowest start, highest end)` of the piece's functions; `None` without
 /// functions (or for input that validation rejects).
-fn span(data: &[u8], h: &Header, base: u64) -> Option<(u64, u64)> {
-    let mut range: Option<(u64, u64)> = None;
-    for i in 0..h.num_fdes {
-        let (start, size) = Fde::start_of(data, h, i, base)?;
-        let end = start.checked_add(u64::from(size))?;
-        range = Some(range.map_or((start, end), |(lo, hi)| (lo.min(start), hi.max(end))));
-    }
-    range
+fn span(data: &[u8], h: Header, base: u64) -> Option<(u64, u64)> {
+    extents(data, h, base).reduce(|(lo, hi), (start, end)| (lo.min(start), hi.max(end)))
 }
 
 impl<'a> SFrame<'a> {
@@ -139,7 +132,7 @@ impl<'a> SFrame<'a> {
         }
         let mut n = 0;
         for (k, h) in self.headers().enumerate() {
-            let Some((lo, hi)) = span(self.data, &h, self.base) else {
+            let Some((lo, hi)) = span(self.data, h, self.base) else {
                 continue;
             };
             slots[n] = PieceEntry {

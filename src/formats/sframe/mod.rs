@@ -302,15 +302,19 @@ fn coverage_of(
         return Coverage::default();
     };
     let mut coverage = Coverage::new(hi - lo);
-    for h in headers {
-        for i in 0..h.num_fdes {
-            // Validated: every function lies inside `range`.
-            if let Some((start, size)) = Fde::start_of(data, &h, i, base) {
-                coverage.mark(start - lo, start - lo + u64::from(size));
-            }
-        }
+    // Validated: every function lies inside `range`.
+    for (start, end) in headers.flat_map(|h| extents(data, h, base)) {
+        coverage.mark(start - lo, end - lo);
     }
     coverage
+}
+
+/// `[start, end)` of each function of the piece `h`, in table order.
+fn extents(data: &[u8], h: Header, base: u64) -> impl Iterator<Item = (u64, u64)> + '_ {
+    (0..h.num_fdes).filter_map(move |i| {
+        let (start, size) = Fde::start_of(data, &h, i, base)?;
+        Some((start, start.checked_add(u64::from(size))?))
+    })
 }
 
 fn unsorted_bit(k: u32) -> u64 {
