@@ -183,15 +183,16 @@ const MAP_FLAGS: c_int = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STA
 #[cfg(target_os = "macos")]
 const MAP_FLAGS: c_int = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
 
+/// The calling thread's id (also the sampler's).
 #[cfg(target_os = "linux")]
-fn gettid() -> i32 {
+pub(crate) fn gettid() -> i32 {
     // SAFETY: gettid has no preconditions.
     unsafe { libc::syscall(libc::SYS_gettid) as i32 }
 }
 
 /// The thread's system-wide id (truncated: ids stay far below 2^31).
 #[cfg(target_os = "macos")]
-fn gettid() -> i32 {
+pub(crate) fn gettid() -> i32 {
     let mut id = 0u64;
     // SAFETY: pthread_threadid_np writes the calling thread's id into `id`.
     unsafe { libc::pthread_threadid_np(libc::pthread_self(), &mut id) };

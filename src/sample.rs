@@ -128,8 +128,7 @@ pub unsafe fn record(uc: *const c_void) {
     {
         // SAFETY: WRITING makes this writer the slot's only user.
         let s = unsafe { &mut *slot.sample.get() };
-        // SAFETY: gettid has no preconditions.
-        s.tid = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
+        s.tid = crate::crash::gettid();
         s.len = n as u16;
         for (d, f) in s.pcs.iter_mut().zip(&frames[..n]) {
             *d = f.pc;
@@ -229,8 +228,7 @@ impl ThreadTimer {
         let mut ev: libc::sigevent = unsafe { core::mem::zeroed() };
         ev.sigev_notify = libc::SIGEV_THREAD_ID;
         ev.sigev_signo = libc::SIGPROF;
-        // SAFETY: gettid has no preconditions.
-        ev.sigev_notify_thread_id = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
+        ev.sigev_notify_thread_id = crate::crash::gettid();
         let mut id: libc::timer_t = core::ptr::null_mut();
         // SAFETY: valid sigevent and out-pointer.
         if unsafe { libc::timer_create(libc::CLOCK_MONOTONIC, &mut ev, &mut id) } != 0 {
