@@ -223,10 +223,8 @@ fn copy_sframe(addr: u64, len: u64) -> Option<(SFrame<'static>, (usize, usize))>
     let slots_at = src
         .len()
         .next_multiple_of(core::mem::align_of::<PieceEntry>());
-    let slots = match SFrame::count_pieces(src) {
-        n if n > 1 => n,
-        _ => 0,
-    };
+    // A slot per piece (an ordinary section's one goes unused).
+    let slots = SFrame::count_pieces(src);
     let bytes = slots_at + slots * core::mem::size_of::<PieceEntry>();
     let size = bytes.div_ceil(PAGE as usize) * PAGE as usize;
     // SAFETY: a fresh anonymous mapping of `size` bytes, checked for failure;
