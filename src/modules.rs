@@ -388,10 +388,10 @@ impl Table {
                     return Lookup::SFrame(row);
                 }
                 // Read where it is stored, as the SFrame section is.
-                let Some((info, base)) = m.compact.as_ref().map(|(i, b)| (i, *b)) else {
+                let Some((info, base)) = &m.compact else {
                     return Lookup::NoInfo;
                 };
-                let entry = u32::try_from(pc.wrapping_sub(base))
+                let entry = u32::try_from(pc.wrapping_sub(*base))
                     .ok()
                     .and_then(|off| info.lookup(off));
                 match entry {
