@@ -9,7 +9,7 @@ mod sframe_support;
 use common::Rng;
 
 use sframe_support::Case;
-use stackmark::formats::sframe::{Error, PieceEntry, SFrame};
+use stackmark::formats::sframe::{Error, Header, PieceEntry, SFrame};
 
 fn case(name: &str) -> (Vec<u8>, u64) {
     let c = Case::load(name);
@@ -593,11 +593,17 @@ fn a_real_concatenation_looks_up_each_piece_at_its_own_addresses() {
 /// function starts at `start` (its PCREL version 3 start field rewritten).
 fn overlapping(first: &[u8], second: &[u8], base: u64, start: u64) -> Vec<u8> {
     let (mut d, at) = concat(first, second);
-    let fdes = SFrame::parse(second, 1 << 32).unwrap().header().fdes;
-    let field = at + fdes;
+    move_first_function(&mut d, at, base, start);
+    d
+}
+
+/// Rewrites the PCREL version 3 start field of the first function of the
+/// piece at `at` in the section `d` (loaded at `base`) so that it starts
+/// at `start`.
+fn move_first_function(d: &mut [u8], at: usize, base: u64, start: u64) {
+    let field = Header::parse(d, at).unwrap().fdes;
     let rel = start.wrapping_sub(base + field as u64);
     d[field..field + 8].copy_from_slice(&rel.to_le_bytes());
-    d
 }
 
 #[test]
@@ -629,15 +635,10 @@ fn where_pieces_overlap_the_index_answers_from_the_first_piece_as_a_plain_lookup
     assert!(indexed_agrees(whole, start - 8..overlap.end + 64) > 70);
 
     // The other way round: the piece starting lower comes first.
-    let (b_first, base_b) = {
-        // Put B first, at the section start, and A after it.
-        let (d, at) = concat(&b, &a);
-        (d, base_a.wrapping_sub(at as u64))
-    };
-    let mut b_first = b_first;
-    let fdes = SFrame::parse(&b, 1 << 32).unwrap().header().fdes;
-    let rel = start.wrapping_sub(base_b + fdes as u64);
-    b_first[fdes..fdes + 8].copy_from_slice(&rel.to_le_bytes());
+    // Put B first, at the section start, and A after it.
+    let (mut b_first, at) = concat(&b, &a);
+    let base_b = base_a.wrapping_sub(at as u64);
+    move_first_function(&mut b_first, 0, base_b, start);
     let whole = SFrame::parse(&b_first, base_b).unwrap();
     assert_eq!(whole.functions().next().unwrap().fde.start, start);
     for pc in overlap.clone() {
@@ -682,13 +683,9 @@ fn pieces_out_of_address_order_are_found_through_the_index() {
     let (high, low) = (hi_a + 0x1000, lo_a - 0x400);
     let (d, at_a) = concat(&b, &a);
     let (mut d, at_low) = concat(&d, &b);
-    let fdes = SFrame::parse(&b, 1 << 32).unwrap().header().fdes;
     let base = base - at_a as u64;
-    for (at, start) in [(0, high), (at_low, low)] {
-        let field = at + fdes;
-        let rel = start.wrapping_sub(base + field as u64);
-        d[field..field + 8].copy_from_slice(&rel.to_le_bytes());
-    }
+    move_first_function(&mut d, 0, base, high);
+    move_first_function(&mut d, at_low, base, low);
     let whole = SFrame::parse(&d, base).unwrap();
     let starts: Vec<u64> = whole.pieces().map(|p| p.pc_range().unwrap().0).collect();
     assert_eq!(starts, [high, lo_a, low]);
