@@ -93,7 +93,7 @@ mod bench {
             pub fn walk(&mut self, rip: u64, rsp: u64, rbp: u64) -> usize {
                 let (lo, hi) = self.stack;
                 let mut read = |addr: u64| {
-                    if addr >= lo && addr + 8 <= hi && addr % 8 == 0 {
+                    if addr >= lo && addr + 8 <= hi && addr.is_multiple_of(8) {
                         // SAFETY: inside this thread's stack.
                         Ok(unsafe { *(addr as *const u64) })
                     } else {

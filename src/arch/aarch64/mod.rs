@@ -152,7 +152,7 @@ impl Arch for Aarch64 {
     /// `(pc, sp, fp) = (strip(*(fp + 8)), fp + 16, *fp)`. The caller's sp is
     /// only bounded below: the frame record need not sit at the frame's top.
     fn step_frame_pointer<M: MemoryReader>(r: &Regs, mem: &M) -> Result<Regs, StepError> {
-        if r.fp % 8 != 0 || r.fp < r.sp {
+        if !r.fp.is_multiple_of(8) || r.fp < r.sp {
             return Err(StepError::Invalid);
         }
         let fp = read(mem, r.fp)?;

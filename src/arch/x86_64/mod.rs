@@ -121,7 +121,7 @@ impl Arch for X86_64 {
 
     /// `(rip, rsp, rbp) = (*(rbp + 8), rbp + 16, *rbp)`
     fn step_frame_pointer<M: MemoryReader>(r: &Regs, mem: &M) -> Result<Regs, StepError> {
-        if r.rbp % 8 != 0 || r.rbp < r.rsp {
+        if !r.rbp.is_multiple_of(8) || r.rbp < r.rsp {
             return Err(StepError::Invalid);
         }
         let rbp = read(mem, r.rbp)?;
