@@ -6,6 +6,16 @@ cd "$(dirname "$0")/.."
 
 stage() { printf '\n==> %s\n' "$*"; }
 
+# Every stage runs even after another failed, so one run reports every
+# failure; the failed stages are listed at the end and make the exit status.
+failed_stages=()
+check() {
+  local name=$1
+  shift
+  stage "$name"
+  "$@" || failed_stages+=("$name")
+}
+
 # Every cargo test run is also logged here, for the closing summary.
 LOG=$(mktemp)
 trap 'rm -f "$LOG"' EXIT
@@ -33,16 +43,12 @@ rustup component list --installed | grep -q '^clippy' || rustup component add cl
 rustup component list --installed | grep -q '^rustfmt' || rustup component add rustfmt
 
 # --- 2. Style -------------------------------------------------------------------
-stage "cargo fmt --check"
-cargo fmt --all -- --check
-stage "cargo clippy (host)"
-cargo clippy --workspace --all-targets -- -D warnings
-stage "cargo doc (warnings are errors)"
-RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet
+check "cargo fmt --check" cargo fmt --all -- --check
+check "cargo clippy (host)" cargo clippy --workspace --all-targets -- -D warnings
+check "cargo doc (warnings are errors)" env RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet
 
 # --- 3. Tests on the host (x86_64 Linux) -------------------------------------------
-stage "cargo test (host)"
-run_tests --workspace
+check "cargo test (host)" run_tests --workspace
 
 # --- 4. The same suite on AArch64, under qemu-aarch64 (.cargo/config.toml) ------
 # qemu-user can hang a forked child (.cargo/config.toml says why and what
@@ -62,21 +68,25 @@ run_tests_under_qemu() {
   rm -f "$out"
   return "$rc"
 }
-stage "cargo test (aarch64-unknown-linux-gnu under qemu)"
-run_tests_under_qemu --workspace --target aarch64-unknown-linux-gnu
+check "cargo test (aarch64-unknown-linux-gnu under qemu)" \
+  run_tests_under_qemu --workspace --target aarch64-unknown-linux-gnu
 
 # --- 5. Fuzz smoke run (cargo fuzz, nightly): each target, bounded ------------------
-stage "fuzz smoke run (${STACKMARK_FUZZ_SECS:-60} s per target)"
-bash scripts/fuzz.sh "${STACKMARK_FUZZ_SECS:-60}"
+check "fuzz smoke run (${STACKMARK_FUZZ_SECS:-60} s per target)" \
+  bash scripts/fuzz.sh "${STACKMARK_FUZZ_SECS:-60}"
 
 # --- 6. Apple targets: compile only (nothing here can run macOS code) -----------------
 for t in x86_64-apple-darwin aarch64-apple-darwin; do
-  stage "cargo build --lib, cargo clippy --all-targets ($t)"
-  cargo build --lib --target "$t"
-  cargo clippy --workspace --all-targets --target "$t" -- -D warnings
+  check "cargo build --lib ($t)" cargo build --lib --target "$t"
+  check "cargo clippy --all-targets ($t)" \
+    cargo clippy --workspace --all-targets --target "$t" -- -D warnings
 done
 
 # --- Summary ------------------------------------------------------------------------
 passed=$(grep -E '^test result:' "$LOG" | sed -E 's/.* ([0-9]+) passed.*/\1/' | awk '{s+=$1} END {print s+0}')
 failed=$(grep -E '^test result:' "$LOG" | sed -E 's/.* ([0-9]+) failed.*/\1/' | awk '{s+=$1} END {print s+0}')
 printf '\nstackmark: %s passed, %s failed\n' "$passed" "$failed"
+if [ ${#failed_stages[@]} -gt 0 ]; then
+  printf 'stackmark: failed stage: %s\n' "${failed_stages[@]}"
+  exit 1
+fi
