@@ -39,6 +39,12 @@ pub fn install_panic_hook() {
 }
 
 /// Installs the panic hook with `opts`.
+///
+/// ```
+/// use stackmark::panic_hook::{install_panic_hook_with, PanicHookOptions};
+/// // Report, then let the hook that was installed before run too.
+/// install_panic_hook_with(PanicHookOptions { chain_previous: true, ..Default::default() });
+/// ```
 pub fn install_panic_hook_with(opts: PanicHookOptions) {
     if crate::modules::current().is_none() {
         let _ = crate::init();
