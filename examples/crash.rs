@@ -192,6 +192,21 @@ fn main() {
                 let _ = t.join();
             }
         }
+        "sampled-abrt" => {
+            // A thread being sampled at 5 kHz aborts: the profiler's signals
+            // must not land on top of the crash handler and overflow the
+            // thread's small alternate stack.
+            std::thread::spawn(|| {
+                let _timer = stackmark::sample::ThreadTimer::start(5000).expect("a thread timer");
+                let end = std::time::Instant::now() + std::time::Duration::from_millis(20);
+                while std::time::Instant::now() < end {
+                    black_box(0);
+                }
+                std::process::abort()
+            })
+            .join()
+            .unwrap();
+        }
         "nested" => {
             // A handler that faults: the report must still end the process.
             stackmark::crash::corrupt_for_test();

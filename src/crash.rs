@@ -165,7 +165,15 @@ pub fn install_crash_handler_to_fd(fd: c_int) -> Result<(), CrashError> {
             let mut sa: libc::sigaction = core::mem::zeroed();
             sa.sa_sigaction = on_crash as *const () as usize;
             sa.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
-            libc::sigemptyset(&mut sa.sa_mask);
+            // Every other signal waits until the handler is done: only the
+            // report runs on the crash stack, and a profiler's SIGPROF
+            // landing on a thread's small alternate stack on top of the
+            // handler's waits would overflow it. Crash signals stay open,
+            // so a fault inside the report still ends in the original one.
+            libc::sigfillset(&mut sa.sa_mask);
+            for &other in &CRASH_SIGNALS {
+                libc::sigdelset(&mut sa.sa_mask, other);
+            }
             if libc::sigaction(sig, &sa, &mut previous[i]) != 0 {
                 return Err(CrashError::Os(std::io::Error::last_os_error()));
             }

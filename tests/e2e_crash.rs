@@ -275,6 +275,18 @@ fn every_handled_signal_gives_one_whole_report_and_the_original_death() {
 }
 
 #[test]
+fn a_sampled_thread_that_aborts_dies_of_sigabrt_with_one_report() {
+    // SIGPROF arriving during the handler's waits used to overflow the
+    // thread's 8 KiB alternate stack: a second report, and death by SIGSEGV.
+    for _ in 0..3 {
+        let out = run_example("crash", &["sampled-abrt"]);
+        let text = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.signal(), Some(libc::SIGABRT), "{text}");
+        assert_eq!(reports(&text).len(), 1, "{text}");
+    }
+}
+
+#[test]
 fn stack_overflows_are_reported_on_the_main_thread_and_on_a_spawned_one() {
     for mode in ["overflow", "thread-overflow"] {
         let out = run_example("crash", &[mode]);
