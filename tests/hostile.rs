@@ -205,3 +205,32 @@ fn hostile_stacks_never_fault_the_walk() {
         .join()
         .expect("the walking thread survived");
 }
+
+#[test]
+fn the_live_reader_reads_nothing_below_the_page_of_the_walks_sp() {
+    use stackmark::memory::MemoryReader;
+    // The main thread's registered bounds follow the stack rlimit, not the
+    // mapping; below the walk's sp nothing is surely mapped, and nothing
+    // there belongs to the walk.
+    let (lo, hi) = stackmark::os::register_thread().expect("stack bounds");
+    let local = 0u64;
+    let sp = std::hint::black_box(&local) as *const u64 as u64;
+    let page = sp & !4095;
+    assert!(
+        lo + 8192 <= page && page + 8192 <= hi,
+        "{lo:#x} {sp:#x} {hi:#x}"
+    );
+    let mem = stackmark::os::LiveMemory::new(sp);
+    assert!(mem.read_u64(sp).is_some());
+    assert!(mem.read_u64(page).is_some());
+    assert_eq!(mem.read_u64(page - 8), None);
+    assert_eq!(mem.read_u64(page - 4096), None);
+    assert_eq!(mem.read_u64(lo), None);
+    // Crossing a signal frame onto a higher sp of the same stack: the walk
+    // goes on from there.
+    let higher = page + 4096 + 16;
+    mem.enter_stack(higher);
+    assert!(mem.read_u64(higher).is_some());
+    assert_eq!(mem.read_u64(page), None);
+    assert_eq!(mem.read_u64(higher - 4096), None);
+}

@@ -26,6 +26,18 @@ pub fn current_altstack() -> Option<(u64, u64)> {
         .then(|| (ss.ss_sp as u64, ss.ss_sp as u64 + ss.ss_size as u64))
 }
 
+/// Where a known stack `lo..hi` is read from by a walk at `sp`: `sp`'s page
+/// if `sp` lies in it, else all of it (an sp outside, such as one in a
+/// guard page after an overflow, says nothing of the stack).
+#[inline(always)]
+fn below_sp(lo: u64, hi: u64, sp: u64) -> u64 {
+    if sp >= lo && sp < hi {
+        lo.max(sp & !(PAGE - 1))
+    } else {
+        lo
+    }
+}
+
 /// One stack range: `lo..hi` is known readable; `hi` may grow by probing
 /// pages up to `limit`.
 #[derive(Clone, Copy, Debug, Default)]
@@ -57,7 +69,18 @@ impl LiveMemory {
     #[inline(always)]
     pub fn new(sp: u64) -> Self {
         let (first, count) = match registered_stack() {
-            Some((lo, hi)) => (Region { lo, hi, limit: hi }, 1),
+            // A walk reads nothing below its first sp, and only from there
+            // up is the stack surely mapped: the main thread's registered
+            // bounds follow the stack rlimit, not the mapping (with an
+            // unlimited rlimit they reach down to the heap).
+            Some((lo, hi)) => (
+                Region {
+                    lo: below_sp(lo, hi, sp),
+                    hi,
+                    limit: hi,
+                },
+                1,
+            ),
             None => (Region::default(), 0),
         };
         LiveMemory {
@@ -214,9 +237,19 @@ impl MemoryReader for LiveMemory {
         })
     }
 
-    /// Admits the stack holding `sp`, from `sp`'s page upwards.
+    /// Admits the stack holding `sp`, from `sp`'s page upwards. A known
+    /// region holding it now starts there: the walk goes on upwards.
     fn enter_stack(&self, sp: u64) {
         self.learn();
+        for cell in &self.regions[..self.count.get()] {
+            let r = cell.get();
+            if sp >= r.lo && sp < r.hi {
+                cell.set(Region {
+                    lo: below_sp(r.lo, r.hi, sp),
+                    ..r
+                });
+            }
+        }
         self.admit(sp);
     }
 }
