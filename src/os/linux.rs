@@ -323,14 +323,27 @@ impl Deps {
             .any(|&h| h == soname || h == file)
     }
 
+    /// Whether module `j` shares a name with another of the first `count`:
+    /// a library loaded by path beside a needed one of the same name (a
+    /// second copy). A needed name cannot tell such modules apart.
+    fn ambiguous(&self, j: usize, count: usize) -> bool {
+        let (a, b) = self.names[j];
+        (0..count).any(|k| {
+            let (c, d) = self.names[k];
+            k != j && [c, d].iter().any(|&h| h != 0 && (h == a || h == b))
+        })
+    }
+
     /// Marks, from the roots, every module some pinned module needs, until
-    /// nothing changes; returns the pinned flags of the first `count`.
+    /// nothing changes; returns the pinned flags of the first `count`. A
+    /// module another shares a name with is pinned only as a root: which
+    /// of them the name meant is not known.
     fn close(&mut self, count: usize) -> &[bool] {
         loop {
             let mut changed = false;
             for j in 0..count {
                 let needed = |i: usize| self.pinned[i] && self.needs(i, self.names[j]);
-                if !self.pinned[j] && (0..count).any(needed) {
+                if !self.pinned[j] && (0..count).any(needed) && !self.ambiguous(j, count) {
                     self.pinned[j] = true;
                     changed = true;
                 }
@@ -729,7 +742,7 @@ mod tests {
     }
 
     #[test]
-    fn dependencies_of_the_roots_are_pinned_and_nameless_modules_never_are() {
+    fn dependencies_of_the_roots_are_pinned_and_nameless_or_same_named_modules_never_are() {
         // A dynamic section (two DT_NEEDED, one of them an empty name, and
         // DT_STRTAB) followed by its string table, in one segment.
         let strings = b"\0libc.so.6\0";
@@ -763,6 +776,17 @@ mod tests {
             false,
         );
         assert_eq!(deps.close(4), [true, false, true, false]);
+        // A second libc.so.6, loaded by path from elsewhere: the needed name
+        // may mean either copy, so neither is pinned.
+        record_deps(
+            &mut deps,
+            4,
+            &module(b"/tmp/copy/libc.so.6", &other),
+            None,
+            false,
+        );
+        deps.pinned[2] = false;
+        assert_eq!(deps.close(5), [true, false, false, false, false]);
     }
 
     /// The signal-frame offsets the walker uses, checked against the C
