@@ -12,6 +12,16 @@ const PAGE: u64 = 4096;
 /// How far above a walk's starting sp an unregistered stack may be probed.
 const PROBE_LIMIT: u64 = 64 << 20;
 
+/// How many unreadable pages above a walk's first sp an unregistered
+/// stack may start: a guard page (or a few) that an overflowing sp sits in.
+const GUARD_PAGES: u32 = 64;
+
+/// Whether the page at `page` can be read.
+fn probe(page: u64) -> bool {
+    let mut b = [0u8; 1];
+    read_checked(page, &mut b)
+}
+
 /// The alternate signal stack, if this thread is running on it.
 pub fn current_altstack() -> Option<(u64, u64)> {
     // SAFETY: sigaltstack with a null new stack only reports the current one.
@@ -49,8 +59,10 @@ struct Region {
 
 /// The live stack reader: direct reads inside this thread's known stack
 /// ranges, page probes (with [`read_checked`]) to discover an unregistered
-/// stack's extent upwards from the walk's sp, and nothing else. It never
-/// reads the heap or any other thread's stack.
+/// stack's extent upwards from the walk's sp, page by page, and nothing
+/// else. What it reads is contiguous with a stack pointer of the walk, so
+/// it never reads the heap or another thread's stack, unless one is mapped
+/// directly above this stack's top with no gap.
 #[derive(Debug)]
 pub struct LiveMemory {
     regions: [Cell<Region>; 3],
@@ -161,17 +173,32 @@ impl LiveMemory {
             if addr < r.lo || end > r.limit {
                 continue;
             }
-            // A region starts at the first readable page at or below what is
-            // read: the walk's first sp may sit in a guard page (a stack
-            // overflow), with the stack proper just above.
-            if r.hi == r.lo && addr >= r.hi {
-                r.lo = addr & !(PAGE - 1);
-                r.hi = r.lo;
+            // Nothing proved yet: the stack starts at sp's page, or, where
+            // sp sits in a guard page (an overflow), at the first readable
+            // page a few above. It never jumps over readable memory to what
+            // is read: that could be any mapping, not this stack.
+            if r.hi == r.lo {
+                let mut skipped = 0;
+                while !probe(r.lo) {
+                    skipped += 1;
+                    if skipped > GUARD_PAGES || r.lo + PAGE >= r.limit {
+                        r.limit = r.lo;
+                        cell.set(r);
+                        return false;
+                    }
+                    r.lo += PAGE;
+                }
+                r.hi = r.lo + PAGE;
+                if addr < r.lo {
+                    cell.set(r);
+                    return false;
+                }
             }
-            // Probe whole pages until the range is covered.
+            // Probe whole pages until the range is covered; the first
+            // unreadable one ends the stack.
             while end > r.hi {
-                let mut b = [0u8; 1];
-                if !read_checked(r.hi, &mut b) {
+                if !probe(r.hi) {
+                    r.limit = r.hi;
                     cell.set(r);
                     return false;
                 }
