@@ -136,6 +136,7 @@ fn main() {
             unsafe {
                 std::arch::asm!("ud2")
             };
+            // SAFETY: as above, AArch64's undefined instruction.
             #[cfg(target_arch = "aarch64")]
             unsafe {
                 std::arch::asm!("udf #0")
@@ -163,6 +164,7 @@ fn main() {
             unsafe {
                 std::arch::asm!("int3")
             };
+            // SAFETY: as above, AArch64's breakpoint instruction.
             #[cfg(target_arch = "aarch64")]
             unsafe {
                 std::arch::asm!("brk #0")
