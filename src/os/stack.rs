@@ -270,12 +270,10 @@ impl MemoryReader for LiveMemory {
         self.learn();
         for cell in &self.regions[..self.count.get()] {
             let r = cell.get();
-            if sp >= r.lo && sp < r.hi {
-                cell.set(Region {
-                    lo: below_sp(r.lo, r.hi, sp),
-                    ..r
-                });
-            }
+            cell.set(Region {
+                lo: below_sp(r.lo, r.hi, sp),
+                ..r
+            });
         }
         self.admit(sp);
     }
