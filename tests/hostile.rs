@@ -278,3 +278,115 @@ fn an_unregistered_stack_grows_only_page_by_page_from_the_walks_sp() {
     .join()
     .unwrap();
 }
+
+#[test]
+fn a_thread_that_reuses_an_exited_threads_pthread_is_not_registered() {
+    // Registered bounds are kept per pthread_t, outside thread-local
+    // storage; glibc gives a new thread the cached stack and pthread_t of
+    // one that exited. The exited thread's entry must be gone by then, or
+    // the new thread would walk with bounds it never recorded.
+    let spawn = |register: bool| {
+        std::thread::Builder::new()
+            .stack_size(1 << 20)
+            .spawn(move || {
+                if register {
+                    stackmark::register_thread();
+                }
+                // SAFETY: pthread_self has no preconditions.
+                let key = unsafe { libc::pthread_self() } as u64;
+                (key, stackmark::os::registered_stack())
+            })
+            .unwrap()
+            .join()
+            .unwrap()
+    };
+    let mut reused = 0;
+    for _ in 0..20 {
+        let (old, bounds) = spawn(true);
+        assert!(bounds.is_some(), "a registered thread has bounds");
+        let (new, stale) = spawn(false);
+        assert_eq!(stale, None, "bounds left behind by the exited thread");
+        reused += usize::from(new == old);
+    }
+    assert!(
+        reused > 0,
+        "glibc never reused a pthread_t: nothing was tested"
+    );
+}
+
+/// Written by the child's thread in the fork test: its pthread_t, and
+/// whether it found bounds registered for it.
+static CHILD_KEY: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static CHILD_REGISTERED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn child_thread(_: *mut libc::c_void) -> *mut libc::c_void {
+    use std::sync::atomic::Ordering::SeqCst;
+    // SAFETY: pthread_self has no preconditions.
+    CHILD_KEY.store(unsafe { libc::pthread_self() } as u64, SeqCst);
+    CHILD_REGISTERED.store(stackmark::os::registered_stack().is_some(), SeqCst);
+    std::ptr::null_mut()
+}
+
+#[test]
+#[cfg_attr(
+    target_arch = "aarch64",
+    ignore = "qemu-user aborts when a forked child of a threaded process creates a thread"
+)]
+fn after_fork_a_new_thread_in_the_child_does_not_inherit_a_parents_bounds() {
+    use std::sync::atomic::Ordering::SeqCst;
+    // A stack size no other test uses, so that the child's new thread,
+    // asking for the same, gets the cached stack of this one.
+    const SIZE: usize = (1 << 20) + 3 * 4096;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let parked = std::thread::Builder::new()
+        .stack_size(SIZE)
+        .spawn(move || {
+            stackmark::register_thread();
+            // SAFETY: pthread_self has no preconditions.
+            tx.send(unsafe { libc::pthread_self() } as u64).unwrap();
+            done_rx.recv().ok();
+        })
+        .unwrap();
+    let parent_key = rx.recv().unwrap();
+    // SAFETY: the child only creates and joins a thread with libc and
+    // reads atomics, then leaves with _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        // SAFETY: plain pthread calls on locals; the thread function only
+        // stores atomics.
+        let code = unsafe {
+            let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+            libc::pthread_attr_init(&mut attr);
+            libc::pthread_attr_setstacksize(&mut attr, SIZE);
+            let mut t: libc::pthread_t = std::mem::zeroed();
+            if libc::pthread_create(&mut t, &attr, child_thread, std::ptr::null_mut()) != 0 {
+                libc::_exit(3);
+            }
+            libc::pthread_join(t, std::ptr::null_mut());
+            match (
+                CHILD_KEY.load(SeqCst) == parent_key,
+                CHILD_REGISTERED.load(SeqCst),
+            ) {
+                (_, true) => 1,
+                (false, false) => 2,
+                (true, false) => 0,
+            }
+        };
+        // SAFETY: leaving the child without running the parent's exit code.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: waiting for the child forked above.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    done_tx.send(()).unwrap();
+    parked.join().unwrap();
+    assert!(libc::WIFEXITED(status), "status {status:#x}");
+    match libc::WEXITSTATUS(status) {
+        0 => {}
+        1 => panic!("the child's thread found the parent thread's bounds"),
+        2 => panic!("the child's thread got another pthread_t: nothing was tested"),
+        c => panic!("the child failed ({c})"),
+    }
+}

@@ -2,15 +2,16 @@
 //! `PT_GNU_SFRAME` or the `.sframe` section, stack bounds, and reads that
 //! cannot fault.
 
-use core::cell::Cell;
 use core::ffi::{c_int, c_void, CStr};
-use core::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed};
 
 use crate::formats::elf::{
     self, Dynamic, ElfFile, ProgramHeader, PHDR_SIZE, PT_DYNAMIC, PT_GNU_SFRAME, PT_LOAD, PT_NOTE,
 };
 use crate::formats::sframe::{PieceEntry, SFrame};
 use crate::modules::{self, Module, RefreshError, Segment, Table, MAX_MODULES};
+
+use super::thread_table::ThreadTable;
 
 const PAGE: u64 = 4096;
 
@@ -107,14 +108,44 @@ fn read_learning(how: &AtomicU8, addr: u64, buf: &mut [u8]) -> bool {
 
 // --- Thread stacks ------------------------------------------------------------
 
+/// Registered threads' stack bounds, keyed by `pthread_self`.
+static THREADS: ThreadTable = ThreadTable::new();
+
 thread_local! {
-    /// This thread's stack bounds, once known (`(0, 0)` otherwise).
-    static STACK: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+    /// Removes this thread from [`THREADS`] when it exits. Thread-local
+    /// storage is touched only here, when registering, never by a walk.
+    static REGISTERED: Registered = const { Registered };
 }
 
-/// Finds this thread's stack bounds with `pthread_getattr_np` and caches them
-/// for walks on this thread, including from signal handlers. Not
+struct Registered;
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        THREADS.remove(thread_key());
+    }
+}
+
+/// This thread's key in [`THREADS`]: its `pthread_t`, the address of its
+/// thread control block, unique among live threads. Async-signal-safe in
+/// practice: glibc and musl read it from the thread pointer.
+#[inline(always)]
+fn thread_key() -> u64 {
+    // SAFETY: pthread_self has no preconditions.
+    unsafe { libc::pthread_self() as u64 }
+}
+
+/// In a child after `fork`: only the forking thread is left.
+extern "C" fn forget_other_threads() {
+    THREADS.retain_only(thread_key());
+}
+
+/// Finds this thread's stack bounds with `pthread_getattr_np` and records
+/// them for walks on this thread, including from signal handlers. Not
 /// async-signal-safe (glibc reads `/proc/self/maps` for the main thread).
+/// The bounds are kept in a fixed table, not in thread-local storage, and
+/// dropped when the thread exits; with [`SLOTS`](super::thread_table::SLOTS)
+/// threads registered (or a crowded corner of the table) a thread stays
+/// unregistered, and its walks probe its stack instead.
 pub fn register_thread() -> Option<(u64, u64)> {
     // SAFETY: `attr` is initialised by pthread_getattr_np before use and
     // destroyed after; the out-pointers are valid locals.
@@ -132,13 +163,24 @@ pub fn register_thread() -> Option<(u64, u64)> {
         }
         (addr as u64, addr as u64 + size as u64)
     };
-    let _ = STACK.try_with(|s| s.set(bounds));
+    static AT_FORK: AtomicBool = AtomicBool::new(false);
+    if !AT_FORK.swap(true, Relaxed) {
+        // SAFETY: registers a handler that only touches the static table.
+        unsafe { libc::pthread_atfork(None, None, Some(forget_other_threads)) };
+    }
+    // Only a thread whose exit will remove its entry gets one: a stale
+    // entry would give a later thread with the same key wrong bounds.
+    if REGISTERED.try_with(|_| ()).is_ok() {
+        THREADS.insert(thread_key(), bounds.0, bounds.1);
+    }
     Some(bounds)
 }
 
-/// This thread's cached stack bounds, if [`register_thread`] ran on it.
+/// This thread's recorded stack bounds, if [`register_thread`] ran on it.
+/// Async-signal-safe: a lookup in a fixed table, no thread-local storage.
+#[inline(always)]
 pub fn registered_stack() -> Option<(u64, u64)> {
-    STACK.try_with(|s| s.get()).ok().filter(|&(lo, hi)| lo < hi)
+    THREADS.get(thread_key())
 }
 
 // --- Module discovery ---------------------------------------------------------

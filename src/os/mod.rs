@@ -18,6 +18,8 @@ pub use macos::{
 
 mod macho_image;
 mod stack;
+#[cfg(target_os = "linux")]
+pub mod thread_table;
 
 pub use macho_image::macho_module;
 pub use stack::{current_altstack, LiveMemory};
