@@ -8,6 +8,8 @@
 
 #![cfg(target_os = "linux")]
 
+mod common;
+
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -22,28 +24,7 @@ fn examples_dir() -> PathBuf {
 fn run_example(name: &str, args: &[&str]) -> Output {
     let bin = examples_dir().join(name);
     assert!(bin.exists(), "{} is built by cargo test", bin.display());
-    let qemu = || {
-        Command::new("qemu-aarch64")
-            .args(["-L", "/usr/aarch64-linux-gnu"])
-            .arg(&bin)
-            .args(args)
-            .output()
-            .unwrap()
-    };
-    match Command::new(&bin).args(args).output() {
-        // Under qemu-user the exec of a foreign binary fails in the child
-        // (status 127, nothing printed) or in the parent (ENOEXEC).
-        Ok(out)
-            if cfg!(target_arch = "aarch64")
-                && out.status.code() == Some(127)
-                && out.stderr.is_empty() =>
-        {
-            qemu()
-        }
-        Ok(out) => out,
-        Err(e) if e.raw_os_error() == Some(libc::ENOEXEC) => qemu(),
-        Err(e) => panic!("running {}: {e}", bin.display()),
-    }
+    common::run_target_binary(&bin, args, &[])
 }
 
 fn build_id_tree(files: &[&Path]) -> PathBuf {

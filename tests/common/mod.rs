@@ -143,3 +143,40 @@ pub fn tid() -> i32 {
     // SAFETY: gettid has no preconditions.
     unsafe { libc::syscall(libc::SYS_gettid) as i32 }
 }
+
+/// Runs a binary built for the target with `envs` added to its
+/// environment. Under a cross runner (qemu-user, without binfmt) the exec
+/// of a foreign binary fails, in the child (status 127, nothing printed)
+/// or in the parent (`ENOEXEC`): then it runs under `qemu-aarch64` too.
+pub fn run_target_binary(
+    bin: &std::path::Path,
+    args: &[&str],
+    envs: &[(&str, &str)],
+) -> std::process::Output {
+    use std::process::Command;
+    let qemu = || {
+        Command::new("qemu-aarch64")
+            .args(["-L", "/usr/aarch64-linux-gnu"])
+            .arg(bin)
+            .args(args)
+            .envs(envs.iter().copied())
+            .output()
+            .unwrap()
+    };
+    match Command::new(bin)
+        .args(args)
+        .envs(envs.iter().copied())
+        .output()
+    {
+        Ok(out)
+            if cfg!(target_arch = "aarch64")
+                && out.status.code() == Some(127)
+                && out.stderr.is_empty() =>
+        {
+            qemu()
+        }
+        Ok(out) => out,
+        Err(e) if e.raw_os_error() == Some(libc::ENOEXEC) => qemu(),
+        Err(e) => panic!("running {}: {e}", bin.display()),
+    }
+}
