@@ -90,6 +90,9 @@ pub struct Module {
     code_count: u8,
     /// The module can never be unloaded, so its code is read directly.
     pinned: bool,
+    /// An executable segment lacks `PF_R` (execute-only code): its code is
+    /// read only through checked reads, even when pinned.
+    exec_only: bool,
 }
 
 impl Module {
@@ -113,6 +116,7 @@ impl Module {
         text: (u64::MAX, 0),
         code_count: 0,
         pinned: false,
+        exec_only: false,
     };
 
     /// The module's path (its tail, if it was longer than [`MAX_NAME`]).
@@ -154,6 +158,7 @@ impl Module {
         self.segment_count += 1;
         if s.executable() {
             self.code_count += 1;
+            self.exec_only |= !s.readable();
             self.text.0 = self.text.0.min(s.start);
             self.text.1 = self.text.1.max(s.start.saturating_add(s.size));
         }
@@ -456,7 +461,8 @@ impl CodeMap for Table {
     }
 
     /// A pinned module's code directly; anything else through a checked
-    /// read, since its library may have been unloaded since the refresh.
+    /// read, since its library may have been unloaded since the refresh,
+    /// or its code may be execute-only (mapped without read permission).
     fn read_code(&self, addr: u64, buf: &mut [u8]) -> bool {
         let Some(m) = self.module_for_code(addr) else {
             return false;
@@ -470,9 +476,10 @@ impl CodeMap for Table {
         {
             return false;
         }
-        if m.pinned {
+        if m.pinned && !m.exec_only {
             // SAFETY: `addr..addr + len` lies in one executable segment of a
-            // module that is never unloaded, so it stays mapped and readable.
+            // module that is never unloaded, so it stays mapped, and every
+            // executable segment of it is mapped readable (`PF_R`).
             unsafe {
                 core::ptr::copy_nonoverlapping(addr as *const u8, buf.as_mut_ptr(), buf.len())
             };
@@ -769,6 +776,34 @@ mod tests {
         assert!(t
             .module_for_code(0x10_0000 + 17 * 0x1_0000 + 0x10)
             .is_some());
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_pinned_modules_execute_only_code_is_read_only_through_checked_reads() {
+        use crate::walk::CodeMap;
+        // A page mapped without access stands for execute-only code: read
+        // directly, it would fault this test.
+        let page = stackmark_fixtures::UnreadablePage::new();
+        let segment = |flags| Segment {
+            start: page.addr(),
+            size: 4096,
+            vaddr: page.addr(),
+            flags,
+        };
+        let mut m = Module::EMPTY;
+        m.set_name(b"x");
+        assert!(m.push_segment(segment(PF_X)));
+        m.pin();
+        let mut t = Box::new(Table::EMPTY);
+        t.push(m);
+        t.finish(1);
+        let mut buf = [0u8; 8];
+        assert!(!t.read_code(page.addr() + 16, &mut buf));
+        // Readable code is what pinned modules' direct reads rely on.
+        let mut m = Module::EMPTY;
+        assert!(m.push_segment(segment(PF_R | PF_X)));
+        assert!(!m.exec_only);
     }
 
     /// The README states the table's fixed memory; keep it honest.
