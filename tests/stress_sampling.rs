@@ -1,7 +1,8 @@
 //! Signal safety under stress: SIGPROF at 10 kHz (a sender thread signals
 //! the workers in turn every 100 µs) while they allocate and free, load and
-//! unload an SFrame library and refresh the table, and panic and catch the
-//! panic. Every signal walks the interrupted thread. The run must finish
+//! unload an SFrame library and refresh the table, panic and catch the
+//! panic, and register threads that come and go (and themselves again).
+//! Every signal walks the interrupted thread. The run must finish
 //! without a deadlock or a crash.
 //!
 //! `STACKMARK_STRESS_SECS` sets the duration (default 3; the full run is 10).
@@ -30,7 +31,7 @@ fn sampling_at_10_khz_survives_allocation_loading_and_panics() {
 
     let stop = Arc::new(AtomicBool::new(false));
     let work = Arc::new(AtomicU64::new(0));
-    let tids: Arc<[AtomicI32; 3]> = Arc::new(Default::default());
+    let tids: Arc<[AtomicI32; 4]> = Arc::new(Default::default());
     let spawn = |i: usize, f: fn(u64) -> u64| {
         let (stop, work, tids) = (stop.clone(), work.clone(), tids.clone());
         std::thread::spawn(move || {
@@ -71,6 +72,16 @@ fn sampling_at_10_khz_survives_allocation_loading_and_panics() {
                 }
             })
             .is_err() as u64
+        }),
+        // Registration churn: a thread registers and exits (its entry
+        // goes), and this one registers again, rewriting its own entry
+        // while signals walk it.
+        spawn(3, |_| {
+            std::thread::spawn(stackmark::register_thread)
+                .join()
+                .unwrap();
+            stackmark::register_thread();
+            1
         }),
     ];
     let deadline = Instant::now() + Duration::from_secs(secs);
