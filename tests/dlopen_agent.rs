@@ -17,17 +17,9 @@
 mod common;
 
 use std::ffi::{c_void, CString};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 
 type Walk = unsafe extern "C" fn(*const c_void, *mut u64, usize) -> usize;
-
-fn agent_path() -> PathBuf {
-    // target/<triple>/debug/deps/dlopen_agent-... -> .../debug/examples
-    let exe = std::env::current_exe().unwrap();
-    let path = exe.parent().unwrap().parent().unwrap();
-    path.join("examples").join("libagent.so")
-}
 
 /// The agent's `agent_walk`, for the signal handler.
 static WALK: AtomicUsize = AtomicUsize::new(0);
@@ -102,7 +94,7 @@ fn a_walk_on_a_thread_new_to_a_dlopened_stackmark_allocates_no_thread_local_stor
         );
         return;
     }
-    let path = agent_path();
+    let path = common::examples_dir().join("libagent.so");
     assert!(path.exists(), "{} is built by cargo test", path.display());
     let cpath = CString::new(path.to_str().unwrap()).unwrap();
     // SAFETY: loading the agent example, whose constructors are Rust's own.
@@ -149,13 +141,13 @@ fn a_walk_on_a_thread_new_to_a_dlopened_stackmark_allocates_no_thread_local_stor
 
     // The check can fail: code of the agent that does use its thread-local
     // storage (registering a thread records a destructor in it) allocates it.
-    let (control, _, _) = std::thread::spawn(move || {
+    let control = std::thread::spawn(move || {
         let handle = h as *mut c_void;
         // SAFETY: `agent_register_thread` takes nothing and returns nothing.
         let register: extern "C" fn() =
             unsafe { core::mem::transmute(sym(handle, "agent_register_thread")) };
         register();
-        (has_tls(handle), 0, false)
+        has_tls(handle)
     })
     .join()
     .unwrap();

@@ -14,15 +14,9 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-fn examples_dir() -> PathBuf {
-    // target/<triple>/debug/deps/e2e_crash-... -> target/<triple>/debug/examples
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().parent().unwrap().join("examples")
-}
-
 /// Runs an example binary; under a cross runner the child needs qemu too.
 fn run_example(name: &str, args: &[&str]) -> Output {
-    let bin = examples_dir().join(name);
+    let bin = common::examples_dir().join(name);
     assert!(bin.exists(), "{} is built by cargo test", bin.display());
     common::run_target_binary(&bin, args, &[])
 }
@@ -105,7 +99,7 @@ fn module_paths(report: &[u8]) -> Vec<PathBuf> {
 /// A build-ID tree holding the example and every module its report names.
 fn tree_for(bin: &str, report: &[u8]) -> PathBuf {
     let mut files = module_paths(report);
-    files.push(examples_dir().join(bin));
+    files.push(common::examples_dir().join(bin));
     let refs: Vec<&Path> = files.iter().map(|p| p.as_path()).collect();
     build_id_tree(&refs)
 }

@@ -144,6 +144,13 @@ pub fn tid() -> i32 {
     unsafe { libc::syscall(libc::SYS_gettid) as i32 }
 }
 
+/// Where cargo puts the examples built beside this test binary:
+/// target/<triple>/debug/deps/<test>-... -> target/<triple>/debug/examples.
+pub fn examples_dir() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().unwrap().parent().unwrap().join("examples")
+}
+
 /// Runs a binary built for the target with `envs` added to its
 /// environment. Under a cross runner (qemu-user, without binfmt) the exec
 /// of a foreign binary fails, in the child (status 127, nothing printed)
