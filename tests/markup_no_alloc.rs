@@ -2,43 +2,13 @@
 //! armed only on the writing thread and only while it writes, must count
 //! zero for whole reports over the live module table, through both sinks.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicUsize, Ordering};
+mod alloc_counter;
 
+use std::os::fd::AsRawFd;
+
+use alloc_counter::{allocations, Counting};
 use stackmark::markup::{FdSink, Markup, Scope, SliceSink};
 use stackmark::Frame;
-
-struct Counting;
-
-static COUNT: AtomicUsize = AtomicUsize::new(0);
-
-thread_local! {
-    static ARMED: Cell<bool> = const { Cell::new(false) };
-}
-
-// SAFETY: forwards to the system allocator; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if ARMED.with(|a| a.get()) {
-            COUNT.fetch_add(1, Ordering::SeqCst);
-        }
-        // SAFETY: forwarded unchanged.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded unchanged.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new: usize) -> *mut u8 {
-        if ARMED.with(|a| a.get()) {
-            COUNT.fetch_add(1, Ordering::SeqCst);
-        }
-        // SAFETY: forwarded unchanged.
-        unsafe { System.realloc(ptr, layout, new) }
-    }
-}
 
 #[global_allocator]
 static ALLOC: Counting = Counting;
@@ -53,27 +23,27 @@ fn whole_reports_through_both_sinks_allocate_nothing() {
     let null = std::fs::File::create("/dev/null").unwrap();
     let mut buf = vec![0u8; 256 * 1024];
 
-    ARMED.with(|a| a.set(true));
     let mut written = 0;
-    for scope in [Scope::AllModules, Scope::TraceModules] {
-        let mut sink = SliceSink::new(&mut buf);
-        let mut m = Markup::new(&mut sink);
-        m.text("stackmark: header ")
-            .dec(7)
-            .text(" ")
-            .hex(0x1234)
-            .newline();
-        m.backtrace(table.modules(), &frames[..n], scope);
-        assert!(!sink.truncated());
-        written += sink.as_bytes().len();
+    let ((), count) = allocations(|| {
+        for scope in [Scope::AllModules, Scope::TraceModules] {
+            let mut sink = SliceSink::new(&mut buf);
+            let mut m = Markup::new(&mut sink);
+            m.text("stackmark: header ")
+                .dec(7)
+                .text(" ")
+                .hex(0x1234)
+                .newline();
+            m.backtrace(table.modules(), &frames[..n], scope);
+            assert!(!sink.truncated());
+            written += sink.as_bytes().len();
 
-        let mut sink = FdSink::new(null.as_raw_fd());
-        Markup::new(&mut sink).backtrace(table.modules(), &frames[..n], scope);
-        assert!(!sink.failed());
-    }
-    ARMED.with(|a| a.set(false));
+            let mut sink = FdSink::new(null.as_raw_fd());
+            Markup::new(&mut sink).backtrace(table.modules(), &frames[..n], scope);
+            assert!(!sink.failed());
+        }
+    });
 
-    assert_eq!(COUNT.load(Ordering::SeqCst), 0, "allocations while writing");
+    assert_eq!(count, 0, "allocations while writing");
     let text = String::from_utf8_lossy(&buf);
     assert!(
         text.contains("{{{module:") && text.contains("{{{bt:0:0x"),

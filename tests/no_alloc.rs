@@ -3,57 +3,29 @@
 
 #![cfg(target_os = "linux")]
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
+mod alloc_counter;
+
 use std::hint::black_box;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use alloc_counter::{allocations, Counting};
 use stackmark::Frame;
 use stackmark_fixtures as fx;
-
-struct Counting;
-
-static COUNT: AtomicUsize = AtomicUsize::new(0);
-
-thread_local! {
-    static ARMED: Cell<bool> = const { Cell::new(false) };
-}
-
-// SAFETY: forwards to the system allocator; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if ARMED.with(|a| a.get()) {
-            COUNT.fetch_add(1, Ordering::SeqCst);
-        }
-        // SAFETY: forwarded unchanged.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded unchanged.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new: usize) -> *mut u8 {
-        if ARMED.with(|a| a.get()) {
-            COUNT.fetch_add(1, Ordering::SeqCst);
-        }
-        // SAFETY: forwarded unchanged.
-        unsafe { System.realloc(ptr, layout, new) }
-    }
-}
 
 #[global_allocator]
 static ALLOC: Counting = Counting;
 
 static FRAMES: AtomicUsize = AtomicUsize::new(0);
+static COUNT: AtomicUsize = AtomicUsize::new(0);
 
 extern "C" fn walk_armed(x: u64) -> u64 {
     let mut buf = [Frame::default(); 128];
-    ARMED.with(|a| a.set(true));
-    let n = stackmark::walk_here(&mut buf);
-    let mut w = stackmark::walker(stackmark::capture(), false, Default::default()).unwrap();
-    let m = w.by_ref().count();
-    drop(w);
-    ARMED.with(|a| a.set(false));
+    let ((n, m), count) = allocations(|| {
+        let n = stackmark::walk_here(&mut buf);
+        let mut w = stackmark::walker(stackmark::capture(), false, Default::default()).unwrap();
+        (n, w.by_ref().count())
+    });
+    COUNT.fetch_add(count, Ordering::SeqCst);
     FRAMES.store(n.min(m), Ordering::SeqCst);
     black_box(x)
 }

@@ -2,33 +2,12 @@
 //! global allocator sees no allocation while they run, over every recorded
 //! section and a concatenation of real pieces.
 
+mod alloc_counter;
 mod sframe_support;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-
+use alloc_counter::{allocations, Counting};
 use sframe_support::{cases_dir, Case};
 use stackmark::formats::sframe::SFrame;
-
-struct Counting;
-
-static COUNTING: AtomicBool = AtomicBool::new(false);
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to the system allocator; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
-            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: the caller's contract is the system allocator's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `System.alloc` with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
@@ -71,9 +50,8 @@ fn parse_and_lookups_do_not_allocate() {
     both.extend(&b.content);
     inputs.push((both, a.section_base));
 
-    COUNTING.store(true, Ordering::SeqCst);
-    let rows: usize = inputs.iter().map(|(d, base)| work(d, *base)).sum();
-    COUNTING.store(false, Ordering::SeqCst);
-    assert_eq!(ALLOCATIONS.load(Ordering::SeqCst), 0);
+    let (rows, count) =
+        allocations(|| inputs.iter().map(|(d, base)| work(d, *base)).sum::<usize>());
+    assert_eq!(count, 0, "allocations while parsing and looking up");
     assert!(rows > 2000, "{rows}");
 }
