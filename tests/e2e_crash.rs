@@ -12,7 +12,7 @@ mod common;
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 /// Runs an example binary; under a cross runner the child needs qemu too.
 fn run_example(name: &str, args: &[&str]) -> Output {
@@ -23,33 +23,8 @@ fn run_example(name: &str, args: &[&str]) -> Output {
 
 fn build_id_tree(files: &[&Path]) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("stackmark-buildid-{}", std::process::id()));
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-id-tree.sh");
-    let status = Command::new("bash")
-        .arg(script)
-        .arg(&dir)
-        .args(files)
-        .status()
-        .unwrap();
-    assert!(status.success());
+    common::build_id_tree(&dir, files);
     dir
-}
-
-fn symbolize(tool: &str, tree: &Path, input: &[u8]) -> (String, String) {
-    use std::io::Write;
-    let mut child = Command::new(tool)
-        .arg("--filter-markup")
-        .arg(format!("--debug-file-directory={}", tree.display()))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{tool}: {e} (scripts/test.sh installs llvm-16 and llvm-19)"));
-    child.stdin.take().unwrap().write_all(input).unwrap();
-    let out = child.wait_with_output().unwrap();
-    (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 /// The function of each symbolized frame `#N` (the outermost entry when
@@ -109,7 +84,7 @@ fn check_symbolized(out: &Output, bin: &str, chain: &[&str], site: (&str, &str))
     let tree = tree_for(bin, stderr);
     let want_line = format!("{}:{}:", site.1, line_of(site.0, site.1));
     for tool in ["llvm-symbolizer-16", "llvm-symbolizer-19"] {
-        let (text, errors) = symbolize(tool, &tree, stderr);
+        let (text, errors) = common::symbolize(tool, &tree, stderr);
         assert!(
             !errors.to_lowercase().contains("error") && !text.contains("error:"),
             "{tool} reported errors: {errors}\n{text}"
@@ -190,7 +165,7 @@ fn panic_report_symbolizes_to_the_panicking_function_and_main() {
     );
     let tree = tree_for("panic", &out.stderr);
     for tool in ["llvm-symbolizer-16", "llvm-symbolizer-19"] {
-        let (sym, errors) = symbolize(tool, &tree, &out.stderr);
+        let (sym, errors) = common::symbolize(tool, &tree, &out.stderr);
         assert!(!errors.to_lowercase().contains("error"), "{tool}: {errors}");
         let names: Vec<String> = frame_functions(&sym).into_iter().map(|(f, _)| f).collect();
         let p = names.iter().position(|n| n == "panicking_function");

@@ -10,10 +10,12 @@
 //! instruction, a return address the instruction after a call, both found by
 //! decoding the caller's code (x86_64 `call rel32`, AArch64 `bl`).
 
+mod common;
+
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use object::{Architecture, Object, ObjectSection, ObjectSegment, ObjectSymbol, SegmentFlags};
 use stackmark::markup::{FdSink, Markup, MarkupModule, MarkupSegment, Perms, Scope};
@@ -250,36 +252,6 @@ fn write_markup(dir: &Path, modules: &[Module], frames: &[Frame], scope: Scope) 
     std::fs::read_to_string(&path).unwrap()
 }
 
-/// Runs `scripts/build-id-tree.sh OUT ARGS...`.
-fn build_id_tree(out: &Path, args: &[&Path]) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-id-tree.sh");
-    run(Command::new("bash").arg(script).arg(out).args(args));
-}
-
-/// (stdout, stderr) of `tool --filter-markup` over `input`.
-fn symbolize(tool: &str, tree: &Path, input: &str) -> (String, String) {
-    use std::io::Write;
-    let mut child = Command::new(tool)
-        .arg("--filter-markup")
-        .arg(format!("--debug-file-directory={}", tree.display()))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{tool}: {e} (scripts/test.sh installs llvm-16 and llvm-19)"));
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 /// One symbolized frame line:
 /// `#N ADDR FUNC FILE:LINE:COL (MODULE+OFFSET) METHOD`.
 #[derive(Debug)]
@@ -337,7 +309,7 @@ fn check(
     passed_through: &[String],
 ) {
     for tool in ["llvm-symbolizer-16", "llvm-symbolizer-19"] {
-        let (out, err) = symbolize(tool, tree, markup);
+        let (out, err) = common::symbolize(tool, tree, markup.as_bytes());
         assert!(
             err.trim().is_empty(),
             "{tool} complained:\n{err}\n{out}\n--- input:\n{markup}"
@@ -487,7 +459,7 @@ fn gnu_and_llvm_built_elf_modules_symbolize_to_their_functions_and_lines() {
     ];
 
     let tree = dir.join("syms");
-    build_id_tree(&tree, &[&dir]);
+    common::build_id_tree(&tree, &[&dir]);
     let prog_name = prog.path.to_string_lossy().into_owned();
     let want = [
         Want {
@@ -622,9 +594,9 @@ fn a_universal_macho_image_symbolizes_through_its_uuid_and_dsym() {
     // The universal image alone: each slice found by its UUID, names from
     // its symbol table (no lines without the dSYM).
     let tree = dir.join("image-only");
-    build_id_tree(&tree, &[&fat]);
+    common::build_id_tree(&tree, &[&fat]);
     for tool in ["llvm-symbolizer-16", "llvm-symbolizer-19"] {
-        let (out, err) = symbolize(tool, &tree, &markup);
+        let (out, err) = common::symbolize(tool, &tree, markup.as_bytes());
         assert!(err.trim().is_empty(), "{tool}:\n{err}\n{out}");
         let got: Vec<String> = symbolized_frames(&out)
             .into_iter()
@@ -635,7 +607,7 @@ fn a_universal_macho_image_symbolizes_through_its_uuid_and_dsym() {
 
     // With the dSYM bundles the tree links their DWARF files instead: lines.
     let tree = dir.join("with-dsym");
-    build_id_tree(&tree, &[&images]);
+    common::build_id_tree(&tree, &[&images]);
     let line = format!("mac.c:{}", line_of(MACHO_C, "MAC-CALLER"));
     let want = [
         Want {

@@ -187,3 +187,41 @@ pub fn run_target_binary(
         Err(e) => panic!("running {}: {e}", bin.display()),
     }
 }
+
+/// Runs `scripts/build-id-tree.sh OUT ARGS...`: a `.build-id` tree at `out`
+/// of the binaries in `args` (files, or directories to search).
+pub fn build_id_tree(out: &std::path::Path, args: &[&std::path::Path]) {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-id-tree.sh");
+    let res = std::process::Command::new("bash")
+        .arg(script)
+        .arg(out)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        res.status.success(),
+        "build-id-tree.sh failed:\n{}",
+        String::from_utf8_lossy(&res.stderr)
+    );
+}
+
+/// (stdout, stderr) of `tool --filter-markup` over `input`, with the
+/// `.build-id` tree `tree` as its debug file directory.
+pub fn symbolize(tool: &str, tree: &std::path::Path, input: &[u8]) -> (String, String) {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(tool)
+        .arg("--filter-markup")
+        .arg(format!("--debug-file-directory={}", tree.display()))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{tool}: {e} (scripts/test.sh installs llvm-16 and llvm-19)"));
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
