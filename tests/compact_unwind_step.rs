@@ -104,6 +104,28 @@ fn x86_64_rbp_frame_restores_all_five_callee_saved_registers() {
 }
 
 #[test]
+fn x86_64_rbp_frame_skips_the_slot_of_an_empty_register_field() {
+    // The format lets saved registers sit apart: each of the five fields
+    // names one slot upwards from rbp - 8 * offset, and a field of 0 (no
+    // register) leaves its slot unused (the compact unwind spec, RBP frame:
+    // "continue iterating the offset forward"; LLVM libunwind reads it so).
+    // No toolchain here emits such a gap: clang's assembler packs the
+    // fields (for `push r12; sub $8,rsp; push rbx` it gives 0x01020011,
+    // which puts rbx where the gap is), so the encoding is written out.
+    // Offset 3: rbx at rbp-24, an unused slot at rbp-16, r12 at rbp-8.
+    let enc = 0x0100_0000 | 3 << 16 | 2 << 6 | 1;
+    let stack = words(&[0x1b, 0xdead, 0x12, CALLER_FP, RA]);
+    let regions = [(SP, &stack[..])];
+    let n = x64::step(enc, 0, &x86(SP, SP + 24), &SliceMemory::new(&regions)).unwrap();
+    assert_eq!((n.rip, n.rsp, n.rbp), (RA, SP + 40, CALLER_FP));
+    assert_eq!(
+        (n.rbx, n.r12, n.r13, n.r14, n.r15),
+        (0x1b, 0x12, 0xd0, 0xe0, 0xf0),
+        "r12 comes from rbp-8, past the unused slot"
+    );
+}
+
+#[test]
 fn x86_64_frameless_decodes_the_permutation_of_four_registers() {
     // _framed_saved (no fp): push rbp; push r15; push r14; push rbx;
     // push rax -> 48 bytes, registers rbx, r14, r15, rbp from rsp+8 upwards.

@@ -61,7 +61,8 @@ fn unpermute(count: u32, mut perm: u32) -> Result<[u32; 6], StepError> {
 /// frames).
 ///
 /// * RBP frame (mode 1): `(rip, rsp, rbp) = (*(rbp + 8), rbp + 16, *rbp)`,
-///   and the listed registers from `rbp - 8 * offset` upwards.
+///   and the listed registers from `rbp - 8 * offset` upwards, one slot
+///   per field (an empty field skips its slot).
 /// * Frameless (mode 2): the frame is `8 * ((encoding >> 16) & 0xff)`
 ///   bytes, return address on top: `rip = *(rsp + size - 8)`,
 ///   `rsp += size`; saved registers just below the return address, in the
@@ -81,12 +82,14 @@ pub fn step<M: MemoryReader>(
         1 => {
             let offset = u64::from((encoding >> 16) & 0xff);
             let mut at = r.rbp.wrapping_sub(8 * offset);
+            // Each field is one slot upwards from there; an empty field
+            // (0) is a slot left unused, not the end of the list.
             for i in 0..5 {
                 let num = (encoding >> (3 * i)) & 7;
                 if num != 0 {
                     set(&mut next, num, read(mem, at)?)?;
-                    at = at.wrapping_add(8);
                 }
+                at = at.wrapping_add(8);
             }
             next.rip = read(mem, r.rbp.wrapping_add(8))?;
             next.rsp = r.rbp.wrapping_add(16);
