@@ -311,7 +311,8 @@ impl<'a> UnwindInfo<'a> {
         let (_, _, lo) = self.first_level(i);
         let (_, _, hi) = self.first_level(i + 1);
         let func_at = |k: usize| u32_at(self.data, lo + 8 * k);
-        let (mut a, mut b) = (0, hi.checked_sub(lo)? / 8);
+        let count = hi.checked_sub(lo)? / 8;
+        let (mut a, mut b) = (0, count);
         while a < b {
             let mid = (a + b) / 2;
             if func_at(mid)? < func {
@@ -320,7 +321,8 @@ impl<'a> UnwindInfo<'a> {
                 b = mid;
             }
         }
-        (func_at(a)? == func)
+        // Past the last entry lies the next page's range: no match there.
+        (a < count && func_at(a)? == func)
             .then(|| u32_at(self.data, lo + 8 * a + 4))
             .flatten()
     }
@@ -403,5 +405,41 @@ impl<'a> UnwindInfo<'a> {
     /// The common encodings palette.
     pub fn common_encodings(&self) -> impl Iterator<Item = u32> + '_ {
         (0..self.common_count as usize).filter_map(move |k| u32_at(self.data, self.common + 4 * k))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A section with one regular page of one function at 0x1000 (marked
+    /// as having an LSDA) and an LSDA index whose range for that page is
+    /// empty, but which has an entry for 0x1000 just past the range.
+    fn one_page_with_a_stray_lsda() -> Vec<u8> {
+        #[rustfmt::skip]
+        let words: &[u32] = &[
+            // Header: version, common encodings (none), personalities
+            // (none), first-level index at 28 with 2 entries.
+            1, 28, 0, 28, 0, 28, 2,
+            // First level: the page at 68, then the sentinel at 0x1100;
+            // both LSDA offsets are 52, so the page's LSDA range is empty.
+            0x1000, 68, 52, 0x1100, 0, 52,
+            // At 52: an LSDA entry for 0x1000, outside every page's range;
+            // then padding to 68.
+            0x1000, 0xabc, 0, 0,
+            // At 68: a regular page (kind 2), entries at +8, one entry.
+            2, 8 | 1 << 16, 0x1000, UNWIND_HAS_LSDA | 0x0100_0000,
+        ];
+        words.iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn an_lsda_entry_past_the_pages_range_is_not_the_functions() {
+        let data = one_page_with_a_stray_lsda();
+        let info = UnwindInfo::parse(&data).unwrap();
+        let e = info.lookup(0x1000).unwrap();
+        assert_eq!((e.func_start, e.func_end), (0x1000, 0x1100));
+        assert_ne!(e.encoding & UNWIND_HAS_LSDA, 0);
+        assert_eq!(e.lsda, None);
     }
 }
