@@ -457,7 +457,8 @@ fn errors_name_what_is_wrong_and_where() {
 }
 
 /// Looks up pcs in and around every function of a parsed section: none may
-/// panic, and every row found must lie in its function.
+/// panic, every row found must lie in its function, and the function found
+/// must be the first that covers the pc.
 fn exercise(s: &SFrame<'_>) -> usize {
     let mut pcs = Vec::new();
     if let Some((lo, hi)) = s.pc_range() {
@@ -476,12 +477,25 @@ fn exercise(s: &SFrame<'_>) -> usize {
             assert!(pc >= r.func_start && pc - r.func_start < u64::from(r.func_size));
             assert!(r.row_start <= pc);
         });
+        assert_eq!(
+            s.find_function(pc).map(|f| f.fde.at),
+            first_covering(s, pc),
+            "at {pc:#x}"
+        );
     }
     indexed_agrees(*s, pcs);
     for p in s.pieces() {
         rows += p.functions().count();
     }
     rows
+}
+
+/// The function a lookup must find: the first one in table order, piece
+/// after piece, whose `[start, start + size)` holds `pc`.
+fn first_covering(s: &SFrame<'_>, pc: u64) -> Option<usize> {
+    s.functions()
+        .find(|f| pc >= f.fde.start && pc - f.fde.start < u64::from(f.fde.size))
+        .map(|f| f.fde.at)
 }
 
 /// Looks each pc up through a piece index and without one, which must

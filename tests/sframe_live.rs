@@ -464,6 +464,65 @@ fn gcc_and_gnu_ld_on_x86_64_give_version_1_matching_the_cfi() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A function with no instructions between `.cfi_startproc` and
+/// `.cfi_endproc` gets a zero-size FDE from GNU as. Here GNU ld puts the
+/// empty `g` (in `.text.unlikely`, which its default script places first)
+/// at the address of `f`, and the sorted table lists `g` after `f`: a
+/// lookup in `f` must not stop at `g`.
+const EMPTY_AT_F: &str = "
+\t.text
+\t.globl f
+\t.type f, @function
+f:
+\t.cfi_startproc
+\tpushq %rbp
+\t.cfi_def_cfa_offset 16
+\t.cfi_offset 6, -16
+\tpopq %rbp
+\t.cfi_def_cfa_offset 8
+\tret
+\t.cfi_endproc
+\t.size f, .-f
+\t.section .text.unlikely,\"ax\",@progbits
+\t.globl g
+\t.type g, @function
+g:
+\t.cfi_startproc
+\t.cfi_endproc
+\t.size g, .-g
+";
+
+#[test]
+fn an_empty_function_at_the_same_address_does_not_hide_the_one_there() {
+    let dir = scratch("gnu-empty-fde");
+    let (src, obj, exe) = (dir.join("tie.s"), dir.join("tie.o"), dir.join("tie"));
+    std::fs::write(&src, EMPTY_AT_F).unwrap();
+    run(Command::new("as")
+        .arg("--gsframe")
+        .arg(&src)
+        .arg("-o")
+        .arg(&obj));
+    run(Command::new("ld")
+        .args(["--eh-frame-hdr", "-e", "f"])
+        .arg(&obj)
+        .arg("-o")
+        .arg(&exe));
+    let file = std::fs::read(&exe).unwrap();
+    let sframe = gnu_sframe(&file);
+    let fdes: Vec<(u64, u32)> = sframe
+        .functions()
+        .map(|f| (f.fde.start, f.fde.size))
+        .collect();
+    assert!(
+        fdes.len() == 2 && fdes[0].0 == fdes[1].0 && fdes[0].1 == 3 && fdes[1].1 == 0,
+        "the linker laid them out otherwise: {fdes:?}"
+    );
+    // Every instruction of `f` has its row, as its CFI says.
+    let t = compare_with_cfi(&exe, &file, &sframe);
+    assert_eq!((t.functions, t.pcs), (2, 3), "{t:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn aarch64_gcc_and_gnu_ld_give_version_1_matching_the_cfi() {
     let dir = scratch("gcc-aarch64");

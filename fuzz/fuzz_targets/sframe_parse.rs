@@ -1,6 +1,8 @@
 //! The SFrame reader on arbitrary bytes: parse must not panic, and for a
 //! section it accepts, every lookup and the function/row iteration must not
-//! panic either. The first 8 bytes choose the section address.
+//! panic either, a lookup must find the first function in table order that
+//! covers the pc, and a piece index must not change it. The first 8 bytes
+//! choose the section address.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

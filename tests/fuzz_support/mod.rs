@@ -15,7 +15,20 @@ pub fn sframe_parse(data: &[u8]) {
     // Every lookup answers the same through an index of the pieces.
     let mut slots = vec![PieceEntry::EMPTY; sf.piece_index_len()];
     let indexed = sf.with_piece_index(&mut slots);
-    let probe = |pc: u64| assert_eq!(indexed.find_row(pc), sf.find_row(pc), "at {pc:#x}");
+    // The function found is the first in table order that covers the pc.
+    let first_covering = |pc: u64| {
+        sf.functions()
+            .find(|f| pc >= f.fde.start && pc - f.fde.start < u64::from(f.fde.size))
+            .map(|f| f.fde.at)
+    };
+    let probe = |pc: u64| {
+        assert_eq!(indexed.find_row(pc), sf.find_row(pc), "at {pc:#x}");
+        assert_eq!(
+            sf.find_function(pc).map(|f| f.fde.at),
+            first_covering(pc),
+            "at {pc:#x}"
+        );
+    };
     let _ = sf.pc_range();
     for f in sf.functions() {
         for fre in f.fres() {

@@ -323,6 +323,8 @@ fn unsorted_bit(k: u32) -> u64 {
 
 /// What validating one piece found out.
 struct Summary {
+    /// Functions in address order, those with a size not overlapping: a
+    /// binary search finds the one covering a pc.
     in_order: bool,
     range: Option<(u64, u64)>,
 }
@@ -339,6 +341,9 @@ fn merge(a: Option<(u64, u64)>, b: Option<(u64, u64)>) -> Option<(u64, u64)> {
 fn validate_piece(data: &[u8], h: &Header, base: u64) -> Result<Summary, Error> {
     let mut prev_start = None;
     let mut in_order = true;
+    // The end of the functions so far that have a size: one that starts
+    // before it overlaps them, and a binary search could miss it.
+    let mut reach = 0u64;
     let mut range = None;
     let mut total_fres = 0u64;
     for i in 0..h.num_fdes {
@@ -354,7 +359,12 @@ fn validate_piece(data: &[u8], h: &Header, base: u64) -> Result<Summary, Error> 
         }
         prev_start = Some(fde.start);
         // `Fde::read` checked that the end does not overflow.
-        range = merge(range, Some((fde.start, fde.start + u64::from(fde.size))));
+        let end = fde.start + u64::from(fde.size);
+        if fde.size > 0 {
+            in_order &= fde.start >= reach;
+            reach = reach.max(end);
+        }
+        range = merge(range, Some((fde.start, end)));
         total_fres += u64::from(fde.num_fres);
         let limit = if fde.pc_mask {
             u32::from(fde.rep_size)
@@ -580,9 +590,11 @@ impl<'a> SFrame<'a> {
         self.range
     }
 
-    /// The function whose FDE covers `pc`, if any: a binary search per piece
-    /// (a scan for a piece whose FDEs are out of order), in every piece of a
-    /// concatenation until one answers, or only in those whose span holds
+    /// The function whose FDE covers `pc`, if any: the first in table order
+    /// whose `[start, start + size)` holds `pc`. A binary search per piece
+    /// (a scan for a piece whose FDEs are out of order or overlap; empty
+    /// functions, which cover nothing, may sit anywhere), in every piece of
+    /// a concatenation until one answers, or only in those whose span holds
     /// `pc` through a [piece index](Self::with_piece_index).
     ///
     /// ```
@@ -647,8 +659,18 @@ impl<'a> SFrame<'a> {
                     hi = mid;
                 }
             }
-            let i = lo.checked_sub(1)?;
-            covers(start_of(i)?).then_some(i)?
+            // Empty functions (GNU as gives a function with no
+            // instructions a zero-size FDE) cover nothing, but may start
+            // inside or at the start of the one that covers pc: step back
+            // over them. Validation saw that the others do not overlap.
+            let mut i = lo.checked_sub(1)?;
+            loop {
+                let (s, n) = start_of(i)?;
+                if n != 0 {
+                    break covers((s, n)).then_some(i)?;
+                }
+                i = i.checked_sub(1)?;
+            }
         } else {
             (0..h.num_fdes).find(|&i| start_of(i).is_some_and(covers))?
         };
