@@ -357,11 +357,19 @@ mod tests {
         prefault_ring();
         let start = RING.slots.as_ptr() as usize;
         let end = start + core::mem::size_of_val(&RING.slots);
-        let pages = (start / 4096..=(end - 1) / 4096).map(|p| p * 4096);
-        let unwritten = pages
-            .clone()
-            .filter(|&p| !written(&mut pagemap, p.max(start)))
-            .count();
-        assert_eq!(unwritten, 0, "of {} pages", pages.count());
+        let pages: Vec<usize> = (start / 4096..=(end - 1) / 4096)
+            .map(|p| (p * 4096).max(start))
+            .collect();
+        let mut unwritten: Vec<usize> = pages.clone();
+        // A written page can read as absent for a moment, while the kernel
+        // migrates it (compaction): look again at those, a few times.
+        for _ in 0..5 {
+            unwritten.retain(|&p| !written(&mut pagemap, p));
+            if unwritten.is_empty() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert_eq!(unwritten.len(), 0, "of {} pages", pages.len());
     }
 }
