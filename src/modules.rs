@@ -136,9 +136,12 @@ impl Module {
         &self.build_id[..self.build_id_len as usize]
     }
 
-    /// Sets the build ID (truncated to [`MAX_BUILD_ID`]).
+    /// Sets the build ID; one longer than [`MAX_BUILD_ID`] is not kept (the
+    /// module then has none, and the markup gives its frames as module plus
+    /// offset).
     pub fn set_build_id(&mut self, id: &[u8]) {
-        let n = id.len().min(MAX_BUILD_ID);
+        // A shortened ID would name no file: keep none instead.
+        let n = if id.len() > MAX_BUILD_ID { 0 } else { id.len() };
         self.build_id[..n].copy_from_slice(&id[..n]);
         self.build_id_len = n as u8;
     }

@@ -416,6 +416,26 @@ fn readable_end(m: &Module, addr: u64) -> Option<u64> {
         .map(|s| s.start + s.size)
 }
 
+/// Whether `[addr, addr + len)` lies inside one of `m`'s readable segments.
+fn in_readable(m: &Module, addr: u64, len: u64) -> bool {
+    readable_end(m, addr).is_some_and(|end| addr.checked_add(len).is_some_and(|e| e <= end))
+}
+
+/// Whether the copy `copy` (made by [`copy_sframe`], the section first)
+/// holds the `len` loaded bytes at `addr`, which lie in a readable segment.
+fn same_copy(copy: (usize, usize), addr: u64, len: u64) -> bool {
+    let Some(now) = loaded(addr, len) else {
+        return false;
+    };
+    if now.len() > copy.1 {
+        return false;
+    }
+    // SAFETY: the copy's mapping is `copy.1` bytes, read-only and kept
+    // until the old table is released, which is after this refresh.
+    let old = unsafe { core::slice::from_raw_parts(copy.0 as *const u8, now.len()) };
+    old == now
+}
+
 /// The NUL-terminated string at `addr` inside one of `m`'s readable
 /// segments (at most 4 KiB), while `dl_iterate_phdr` holds `m` loaded.
 fn loaded_str(m: &Module, addr: u64) -> Option<&[u8]> {
@@ -433,10 +453,7 @@ fn record_deps(deps: &mut Deps, index: usize, m: &Module, dynamic: Option<(u64, 
     let first = deps.used;
     let mut nodelete = false;
     let d = dynamic
-        .filter(|&(addr, len)| {
-            let end = readable_end(m, addr);
-            end.is_some_and(|end| addr.checked_add(len).is_some_and(|e| e <= end))
-        })
+        .filter(|&(addr, len)| in_readable(m, addr, len))
         .and_then(|(addr, len)| loaded(addr, len))
         .map(Dynamic::parse);
     if let Some(d) = d {
@@ -510,25 +527,47 @@ unsafe extern "C" fn on_object(
                     flags: ph.flags,
                 });
             }
-            PT_NOTE if m.build_id().is_empty() => {
-                if let Some(id) = loaded(start, ph.memsz).and_then(elf::gnu_build_id) {
-                    m.set_build_id(id);
-                }
-            }
             PT_GNU_SFRAME => sframe_at = Some((start, ph.memsz)),
             PT_DYNAMIC => dynamic = Some((start, ph.memsz)),
             _ => {}
+        }
+    }
+    // The notes once every PT_LOAD is known, and only where one maps them:
+    // the loader never reads PT_NOTE, so it may lie anywhere.
+    let notes = phdrs
+        .chunks_exact(PHDR_SIZE)
+        .filter_map(ProgramHeader::parse)
+        .filter(|ph| ph.p_type == PT_NOTE);
+    for ph in notes {
+        let start = bias.wrapping_add(ph.vaddr);
+        let id = in_readable(&m, start, ph.memsz)
+            .then(|| loaded(start, ph.memsz))
+            .flatten()
+            .and_then(elf::gnu_build_id);
+        if let Some(id) = id {
+            m.set_build_id(id);
+            break;
         }
     }
     if sframe_at.is_none() && !m.segments().is_empty() && name.to_bytes().starts_with(b"/") {
         sframe_at = sframe_from_file(name, bias);
     }
     if let Some((addr, len)) = sframe_at {
-        let inside = m.segments().iter().any(|s| {
-            s.readable() && addr >= s.start && addr.saturating_add(len) <= s.start + s.size
-        });
+        let inside = in_readable(&m, addr, len);
+        // The old table's copy, if it is of these very bytes: a library
+        // unloaded, replaced on disk and loaded again can land at the same
+        // address under the same name.
         let reused = fill.old.modules().iter().find(|o| {
-            o.bias == bias && o.name() == m.name() && o.sframe.is_some() && o.sframe_copy.0 != 0
+            o.bias == bias
+                && o.name() == m.name()
+                && o.sframe_copy.0 != 0
+                && o.sframe.is_some_and(|s| s.section_addr() == addr)
+                && o.segments() == m.segments()
+                && (if m.build_id().is_empty() {
+                    inside && same_copy(o.sframe_copy, addr, len)
+                } else {
+                    o.build_id() == m.build_id()
+                })
         });
         if let Some(o) = reused {
             m.sframe = o.sframe;

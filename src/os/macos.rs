@@ -180,7 +180,15 @@ fn image_module(mh: u64, slide: isize, name: &[u8], old: &Table) -> Option<Modul
     let reused = old
         .modules()
         .iter()
-        .find(|o| o.compact.is_some_and(|(_, base)| base == mh) && o.name() == m.name());
+        // Only the same image: one unloaded and replaced on disk can come
+        // back at the same address under the same name, with a new UUID.
+        .find(|o| {
+            o.compact.is_some_and(|(_, base)| base == mh)
+                && o.name() == m.name()
+                && !m.build_id().is_empty()
+                && o.build_id() == m.build_id()
+                && o.segments() == m.segments()
+        });
     if let Some(o) = reused {
         m.compact = o.compact;
         m.sframe_copy = o.sframe_copy;

@@ -575,6 +575,12 @@ impl<'a> SFrame<'a> {
         })
     }
 
+    /// The runtime address of the section's first byte, as given to
+    /// [`SFrame::parse`].
+    pub fn section_addr(&self) -> u64 {
+        self.base
+    }
+
     /// `[lowest function start, highest function end)` over the section (or
     /// piece); `None` without FDEs. Computed at parse time.
     ///

@@ -1,0 +1,314 @@
+//! The module table over libraries built here with gcc and GNU ld and
+//! loaded with `dlopen`: odd layouts the loader accepts, long build IDs, and
+//! a library replaced on disk and loaded again.
+
+#![cfg(target_os = "linux")]
+
+mod common;
+
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use object::{Object, ObjectSection};
+use stackmark::formats::sframe::{Row, SFrame};
+use stackmark::markup::{Markup, Scope, SliceSink};
+use stackmark::modules::Module;
+use stackmark::{Frame, Method};
+
+/// The C compiler for the target these tests run on.
+fn cc() -> &'static str {
+    if cfg!(target_arch = "aarch64") {
+        "aarch64-linux-gnu-gcc"
+    } else {
+        "gcc"
+    }
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("stackmark-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Builds `src` into the shared library `dir/out` with extra flags.
+fn library(dir: &Path, src: &str, out: &str, flags: &[&str]) -> PathBuf {
+    let c = dir.join(format!("{out}.c"));
+    std::fs::write(&c, src).unwrap();
+    let lib = dir.join(out);
+    let res = Command::new(cc())
+        .args([
+            "-O2",
+            "-fPIC",
+            "-shared",
+            "-fomit-frame-pointer",
+            "-Wa,--gsframe",
+        ])
+        .args(flags)
+        .arg("-o")
+        .arg(&lib)
+        .arg(&c)
+        .output()
+        .unwrap();
+    assert!(
+        res.status.success(),
+        "{}",
+        String::from_utf8_lossy(&res.stderr)
+    );
+    lib
+}
+
+fn dlopen(path: &Path) -> *mut libc::c_void {
+    let c = CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: loading a library built above, which has no constructors.
+    let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW) };
+    assert!(!h.is_null(), "dlopen {}", path.display());
+    h
+}
+
+/// The live table's entry for `path`.
+fn module(path: &Path) -> Module {
+    let table = stackmark::modules::current().unwrap();
+    let name = path.as_os_str().as_encoded_bytes();
+    *table
+        .modules()
+        .iter()
+        .find(|m| m.name() == name)
+        .expect("the library is listed")
+}
+
+const TEST_STRAY: &str = "a_note_segment_that_no_load_segment_maps_is_not_read";
+
+/// The loader never reads `PT_NOTE`, so it accepts a library whose note
+/// segment lies where nothing is mapped; building the table must not read
+/// it there (it did, and died of SIGSEGV). Runs in a child process.
+#[test]
+fn a_note_segment_that_no_load_segment_maps_is_not_read() {
+    if let Ok(lib) = std::env::var("STACKMARK_STRAY_NOTE_LIB") {
+        stackmark::init().unwrap();
+        dlopen(Path::new(&lib));
+        stackmark::refresh().unwrap();
+        let m = module(Path::new(&lib));
+        assert!(m.build_id().is_empty(), "{:x?}", m.build_id());
+        assert!(!m.segments().is_empty());
+        return;
+    }
+    let dir = scratch("stray-note");
+    let built = library(
+        &dir,
+        "int stray_note(int x) { return x + 1; }\n",
+        "libnote.so",
+        &["-Wl,--build-id"],
+    );
+    // Move every PT_NOTE (ELF64 program headers) to 64 TiB past the load
+    // address: beyond any mapping, and beyond user space.
+    let mut data = std::fs::read(&built).unwrap();
+    let u64_at = |d: &[u8], at: usize| u64::from_le_bytes(d[at..at + 8].try_into().unwrap());
+    let (phoff, phnum) = (
+        u64_at(&data, 32) as usize,
+        u16::from_le_bytes([data[56], data[57]]),
+    );
+    let mut moved = 0;
+    for i in 0..usize::from(phnum) {
+        let ph = phoff + 56 * i;
+        if u32::from_le_bytes(data[ph..ph + 4].try_into().unwrap()) == 4 {
+            let far = 0x4000_0000_0000u64.to_le_bytes();
+            data[ph + 16..ph + 24].copy_from_slice(&far);
+            data[ph + 24..ph + 32].copy_from_slice(&far);
+            moved += 1;
+        }
+    }
+    assert!(moved > 0, "gcc wrote a PT_NOTE");
+    let lib = dir.join("libstray.so");
+    std::fs::write(&lib, &data).unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let out = common::run_target_binary(
+        &exe,
+        &[TEST_STRAY, "--exact", "--test-threads=1"],
+        &[("STACKMARK_STRAY_NOTE_LIB", lib.to_str().unwrap())],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("test result: ok. 1 passed"),
+        "the child ({:?}):\n{stdout}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// GNU ld takes a build ID of any length (`--build-id=0xHEX`). The table
+/// keeps up to `MAX_BUILD_ID` bytes; a longer one is not kept at all, since
+/// a shortened one would name no file, and the frame is written as module
+/// plus offset instead.
+#[test]
+fn a_build_id_longer_than_the_table_keeps_is_not_written_cut_short() {
+    stackmark::init().unwrap();
+    let dir = scratch("long-build-id");
+    let src = "__attribute__((noinline)) int long_id(int x) { return x * 3 + 1; }\n";
+    let ids = [
+        ("libid32.so", "ab".repeat(stackmark::modules::MAX_BUILD_ID)),
+        (
+            "libid33.so",
+            "cd".repeat(stackmark::modules::MAX_BUILD_ID + 1),
+        ),
+    ];
+    let mut handles = Vec::new();
+    for (name, id) in &ids {
+        let lib = library(&dir, src, name, &[&format!("-Wl,--build-id=0x{id}")]);
+        handles.push((dlopen(&lib), lib));
+    }
+    stackmark::refresh().unwrap();
+    let (_, ref lib32) = handles[0];
+    assert_eq!(module(lib32).build_id(), &[0xab; 32][..], "kept whole");
+
+    let (h, ref lib33) = handles[1];
+    let m = module(lib33);
+    assert!(m.build_id().is_empty(), "{:x?}", m.build_id());
+    // SAFETY: a symbol of the library loaded above.
+    let pc = unsafe { libc::dlsym(h, c"long_id".as_ptr()) } as u64;
+    assert!(m.contains(pc));
+    let frames = [Frame {
+        pc,
+        sp: 0,
+        precise: true,
+        method: Method::Context,
+    }];
+    let table = stackmark::modules::current().unwrap();
+    let mut buf = vec![0u8; 1 << 16];
+    let mut sink = SliceSink::new(&mut buf);
+    Markup::new(&mut sink).backtrace(table.modules(), &frames, Scope::TraceModules);
+    let text = String::from_utf8_lossy(sink.as_bytes()).into_owned();
+    assert!(!text.contains("cdcdcdcd"), "{text}");
+    assert!(
+        text.contains(&format!("{}+0x", lib33.display())),
+        "module plus offset: {text}"
+    );
+    drop(table);
+    for (h, _) in handles {
+        // SAFETY: handles from dlopen above.
+        unsafe { libc::dlclose(h) };
+    }
+    stackmark::refresh().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Two versions of one library: the same functions, laid out differently.
+const V1: &str = "__attribute__((noinline)) int plug_leaf(int x) { return x * 3 + 1; }\n\
+int plug_entry(int x) { return plug_leaf(x) + 2; }\n";
+const V2: &str = "__attribute__((noinline)) int plug_sum(volatile int *a, int n) {\n\
+  int s = 0; for (int i = 0; i < n; i++) s += a[i]; return s; }\n\
+__attribute__((noinline)) int plug_leaf(int x) {\n\
+  volatile int a[16]; for (int i = 0; i < 16; i++) a[i] = x + i; return plug_sum(a, 16); }\n\
+int plug_entry(int x) { return plug_leaf(x) + 2; }\n";
+
+/// Two versions of one function whose code has the same size, so the two
+/// libraries have the same segments; only where the stack pointer moves,
+/// and so the SFrame rows, differ. `{A}` and `{B}` are two instructions of
+/// one size, swapped in the second version.
+#[cfg(target_arch = "x86_64")]
+const SAME_LAYOUT: &str = "\t.text\n\t.globl plug\n\t.type plug, @function\nplug:\n\
+\t.cfi_startproc\n\t{A}\n\t{B}\n\taddq $8, %rsp\n\t.cfi_def_cfa_offset 8\n\tret\n\
+\t.cfi_endproc\n\t.size plug, .-plug\n\t.section .note.GNU-stack,\"\",@progbits\n";
+#[cfg(target_arch = "x86_64")]
+const SWAPPED: [&str; 2] = ["subq $8, %rsp\n\t.cfi_def_cfa_offset 16", "nopl (%rax)"];
+#[cfg(target_arch = "aarch64")]
+const SAME_LAYOUT: &str = "\t.text\n\t.globl plug\n\t.type plug, %function\nplug:\n\
+\t.cfi_startproc\n\t{A}\n\t{B}\n\tadd sp, sp, #16\n\t.cfi_def_cfa_offset 0\n\tret\n\
+\t.cfi_endproc\n\t.size plug, .-plug\n\t.section .note.GNU-stack,\"\",%progbits\n";
+#[cfg(target_arch = "aarch64")]
+const SWAPPED: [&str; 2] = ["sub sp, sp, #16\n\t.cfi_def_cfa_offset 16", "nop"];
+
+fn same_layout(first: usize) -> String {
+    SAME_LAYOUT
+        .replace("{A}", SWAPPED[first])
+        .replace("{B}", SWAPPED[1 - first])
+}
+
+/// Every row of every function in the `.sframe` of the file at `path`,
+/// loaded at `bias`.
+fn file_rows(path: &Path, bias: u64) -> Vec<Row> {
+    let data = std::fs::read(path).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    let s = file.section_by_name(".sframe").expect("gcc -Wa,--gsframe");
+    let sframe = SFrame::parse(s.data().unwrap(), bias + s.address()).unwrap();
+    rows(&sframe)
+}
+
+fn rows(sframe: &SFrame<'_>) -> Vec<Row> {
+    sframe.functions().flat_map(|f| f.rows()).collect()
+}
+
+fn table_rows(m: &Module) -> Vec<Row> {
+    rows(&m.sframe.expect("the table has the library's SFrame"))
+}
+
+/// A plugin host's reload: `dlclose`, a new file at the same path, `dlopen`.
+/// The loader tends to put it where the old one was; the table must then
+/// read the new library's SFrame, not keep its copy of the old one's: with
+/// build IDs (which differ), and without, between two versions whose
+/// segments are the same (where the bytes themselves are compared).
+#[test]
+fn a_library_replaced_and_loaded_again_at_the_same_address_gets_its_own_tables() {
+    stackmark::init().unwrap();
+    let cases = [
+        ("id", [V1.to_owned(), V2.to_owned()], "-Wl,--build-id", "c"),
+        (
+            "noid",
+            [same_layout(0), same_layout(1)],
+            "-Wl,--build-id=none",
+            "assembler",
+        ),
+    ];
+    for (case, [src1, src2], flags, lang) in cases {
+        let dir = scratch(&format!("reload-{case}"));
+        let v1 = library(&dir, &src1, "libv1.so", &[flags, "-x", lang]);
+        let v2 = library(&dir, &src2, "libv2.so", &[flags, "-x", lang]);
+        let path = dir.join("libplugin.so");
+        let mut same_place = 0;
+        // The new version usually lands where the old one was; try a few
+        // times for the run in which it does.
+        for _ in 0..4 {
+            std::fs::copy(&v1, &path).unwrap();
+            let h = dlopen(&path);
+            stackmark::refresh().unwrap();
+            let old = module(&path);
+            assert_eq!(table_rows(&old), file_rows(&path, old.bias));
+            // SAFETY: the handle from dlopen above.
+            assert_eq!(unsafe { libc::dlclose(h) }, 0);
+            std::fs::remove_file(&path).unwrap();
+            std::fs::copy(&v2, &path).unwrap();
+            let h = dlopen(&path);
+            stackmark::refresh().unwrap();
+            let new = module(&path);
+            assert_eq!(
+                table_rows(&new),
+                file_rows(&path, new.bias),
+                "{case}: the table kept the old version's SFrame"
+            );
+            if new.bias == old.bias {
+                same_place += 1;
+                if case == "noid" {
+                    assert!(new.build_id().is_empty());
+                    assert_eq!(new.segments(), old.segments(), "the same layout");
+                }
+            }
+            // SAFETY: as above.
+            unsafe { libc::dlclose(h) };
+            std::fs::remove_file(&path).unwrap();
+            stackmark::refresh().unwrap();
+            if same_place > 0 {
+                break;
+            }
+        }
+        // qemu-user, which runs the AArch64 tests here, places mappings
+        // itself and never hands a freed range back at once: there, each
+        // version is only checked to get its own rows.
+        assert!(
+            same_place > 0 || cfg!(target_arch = "aarch64"),
+            "{case}: the loader never reused the place"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
