@@ -551,6 +551,14 @@ impl CodeMap for Table {
         let code = &mut code[..A::SIGRETURN_CODE.len()];
         crate::os::read_checked(pc, code) && code == A::SIGRETURN_CODE
     }
+
+    /// Where [`Self::is_sigreturn`] makes its checked read: outside every
+    /// module, at an address a mapping could hold.
+    fn sigreturn_reads_memory<A: crate::arch::Arch>(&self, pc: u64) -> bool {
+        !self.is_trampoline(pc)
+            && self.module_for_addr(pc).is_none()
+            && crate::os::may_be_mapped(pc, A::SIGRETURN_CODE.len())
+    }
 }
 
 /// The two tables and the state that publishes one of them.

@@ -36,7 +36,7 @@ const BEYOND_USER: u64 = 1 << 56;
 /// taken for addresses are mostly small numbers or all ones; ruling those
 /// out here saves a checked read (a system call) that can only fail.
 #[cfg(any(target_os = "linux", target_os = "macos"))]
-fn may_be_mapped(addr: u64, len: usize) -> bool {
+pub(crate) fn may_be_mapped(addr: u64, len: usize) -> bool {
     addr >= LOWEST_MAPPED
         && addr
             .checked_add(len as u64)

@@ -8,18 +8,21 @@
 //! row, the walk's options, the module table (its generation keys the
 //! cache) and the stack words it reads. Return-address registers are read
 //! only for frame 0 and after a signal frame, which are never recorded, and
-//! a recording that changes any other register, crosses onto another
-//! stack or makes a read other than a stack word is not kept. The
+//! a recording that changes any other register, takes a row that reads
+//! one (FLEX rows), crosses onto another stack, makes a read other than a
+//! stack word or asks memory outside the modules whether a pc is a signal
+//! trampoline is not kept. The
 //! recording keeps the state, the frames, each failed read and the
 //! window of stack words holding every successful read; the replay checks
 //! the state, that each failed read still fails and that the window reads
 //! back the same, and that the depth limit is as far away.
 
-use core::cell::RefCell;
+use core::cell::{Cell, RefCell};
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use super::{CodeMap, Frame, Method, StopReason, Walker};
+use super::{CodeMap, Frame, Lookup, Method, StopReason, Walker, SCAN_MEMO_WORDS};
 use crate::arch::Arch;
+use crate::formats::sframe::{CfaRule, RegRule};
 use crate::memory::MemoryReader;
 
 /// The most frames a remembered end holds.
@@ -219,6 +222,62 @@ fn read_window<'b, M: MemoryReader>(
     }))
 }
 
+/// The code map of a recording: it notes the answers a replay could not
+/// check, which spoil the recording. Those are rows that read a register
+/// other than the stack and frame pointers (FLEX rows may base the CFA or
+/// a saved register on any register, and the state holds only those two),
+/// and whether a pc outside every module is a signal trampoline, which
+/// reads memory that may change while the table does not.
+struct Noting<'c, C> {
+    inner: &'c C,
+    spoiled: Cell<bool>,
+}
+
+impl<C: CodeMap> CodeMap for Noting<'_, C> {
+    fn lookup(&self, pc: u64) -> Lookup {
+        let l = self.inner.lookup(pc);
+        if let Lookup::SFrame(row) = &l {
+            let reg_cfa = matches!(row.cfa, CfaRule::RegPlus { .. } | CfaRule::AtRegPlus { .. });
+            let reg_rule =
+                |r: RegRule| matches!(r, RegRule::RegPlus { .. } | RegRule::AtRegPlus { .. });
+            if reg_cfa || reg_rule(row.ra) || reg_rule(row.fp) {
+                self.spoiled.set(true);
+            }
+        }
+        l
+    }
+    fn is_code(&self, addr: u64) -> bool {
+        self.inner.is_code(addr)
+    }
+    fn code_range(&self, addr: u64) -> Option<(u64, u64)> {
+        self.inner.code_range(addr)
+    }
+    fn read_code(&self, addr: u64, buf: &mut [u8]) -> bool {
+        self.inner.read_code(addr, buf)
+    }
+    fn follows_call<A: Arch>(&self, ra: u64) -> bool {
+        self.inner.follows_call::<A>(ra)
+    }
+    fn is_known_trampoline(&self, pc: u64) -> bool {
+        self.inner.is_known_trampoline(pc)
+    }
+    fn is_sigreturn<A: Arch>(&self, pc: u64) -> bool {
+        if self.inner.sigreturn_reads_memory::<A>(pc) {
+            self.spoiled.set(true);
+        }
+        self.inner.is_sigreturn::<A>(pc)
+    }
+    fn sigreturn_reads_memory<A: Arch>(&self, pc: u64) -> bool {
+        self.inner.sigreturn_reads_memory::<A>(pc)
+    }
+    fn recall_scan(&self, start: u64, words: &mut [u64; SCAN_MEMO_WORDS]) -> Option<usize> {
+        self.inner.recall_scan(start, words)
+    }
+    fn remember_scan(&self, start: u64, words: &[u64]) {
+        self.inner.remember_scan(start, words)
+    }
+}
+
 /// A memory reader that notes every read, for a recording.
 struct Recorder<'a, M> {
     inner: &'a M,
@@ -357,10 +416,14 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             }),
         };
         let entry = self.regs;
-        let mut sub = Walker::<A, &Recorder<'_, M>, &C> {
+        let noting = Noting {
+            inner: &self.code,
+            spoiled: Cell::new(false),
+        };
+        let mut sub = Walker::<A, &Recorder<'_, M>, &Noting<'_, C>> {
             regs: self.regs,
             mem: &rec,
-            code: &self.code,
+            code: &noting,
             opts: self.opts,
             pending: self.pending,
             depth: self.depth,
@@ -405,11 +468,13 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             let methods_ok = out[1..n]
                 .iter()
                 .all(|f| method_from(method_code(f.method)).is_some());
-            Some(if exact && methods_ok && !log.spoiled {
-                self.entry(state, &out[..n], &log)
-            } else {
-                None
-            })
+            Some(
+                if exact && methods_ok && !log.spoiled && !noting.spoiled.get() {
+                    self.entry(state, &out[..n], &log)
+                } else {
+                    None
+                },
+            )
         };
         // A recording that may not be kept marks its state as not worth
         // recording again.

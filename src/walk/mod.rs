@@ -137,6 +137,15 @@ pub trait CodeMap {
         self.read_code(pc, code) && code == A::SIGRETURN_CODE
     }
 
+    /// Whether [`CodeMap::is_sigreturn`] answers for `pc` from memory outside
+    /// the known modules, which can change while the map does not (a
+    /// remembered walk end must not rely on that answer). The default
+    /// reads the map's own code, so says no.
+    fn sigreturn_reads_memory<A: Arch>(&self, pc: u64) -> bool {
+        let _ = pc;
+        false
+    }
+
     /// A value that [`CodeMap::hot_at`] takes, read once per run of the hot
     /// path so its inner loop keeps it in a register (the module table's
     /// generation, which keys its cache).
@@ -229,6 +238,9 @@ macro_rules! code_map_through_deref {
         }
         fn is_sigreturn<A: $crate::arch::Arch>(&self, pc: u64) -> bool {
             (**self).is_sigreturn::<A>(pc)
+        }
+        fn sigreturn_reads_memory<A: $crate::arch::Arch>(&self, pc: u64) -> bool {
+            (**self).sigreturn_reads_memory::<A>(pc)
         }
         fn hot_context(&self) -> u64 {
             (**self).hot_context()
@@ -815,6 +827,10 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
     fn next_general(&mut self) -> Option<Frame> {
         self.next_hot = None;
         let cur = self.pending.take()?;
+        if self.opts.max_depth == 0 {
+            self.stop = StopReason::DepthLimit;
+            return None;
+        }
         self.depth += 1;
         if self.depth >= self.opts.max_depth {
             self.stop = StopReason::DepthLimit;

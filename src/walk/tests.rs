@@ -528,3 +528,169 @@ fn pac_stripping_keeps_exactly_the_user_address_bits_of_the_target() {
     assert_eq!(aarch64::strip_pac(signed), user);
     assert_eq!(aarch64::strip_pac(u64::MAX), aarch64::USER_ADDRESS_MASK);
 }
+
+/// Walks `st` from `regs` through `map` into a buffer (remembered ends
+/// and all), and again afresh with the general step alone over `code`.
+fn remembered_and_fresh<C: CodeMap>(
+    regs: x86_64::Regs,
+    st: &[u8],
+    map: &C,
+    code: &Fake,
+) -> ((Vec<Frame>, StopReason), (Vec<Frame>, StopReason)) {
+    let regions = [(STACK, st)];
+    let opts = WalkOptions::default();
+    let mut w: Walker<X86_64, _, _> =
+        Walker::new(regs, true, SliceMemory::new(&regions), map, opts);
+    let mut buf = [Frame::default(); 16];
+    let n = w.fill(&mut buf);
+    let general = WalkOptions {
+        fast_path: false,
+        ..opts
+    };
+    let mut g: Walker<X86_64, _, _> = Walker::new(
+        regs,
+        true,
+        SliceMemory::new(&regions),
+        code.clone(),
+        general,
+    );
+    let fresh: Vec<Frame> = g.by_ref().collect();
+    (
+        (buf[..n].to_vec(), w.stop_reason()),
+        (fresh, g.stop_reason()),
+    )
+}
+
+#[test]
+fn a_walk_end_through_a_row_that_reads_another_register_is_not_remembered() {
+    // Frame 0: cfa = sp + 8. Its caller's row takes the CFA from rbx (a
+    // FLEX row may use any register), and the next function is outermost.
+    // Two walks from the same pc, sp and frame pointer but another rbx find
+    // different callers; the state of a remembered end holds no rbx.
+    let code = Fake::x86()
+        .row(
+            CODE,
+            CODE + 0x100,
+            row(CfaRule::SpPlus(8), RegRule::AtCfa(-8), RegRule::SameValue),
+        )
+        .row(
+            CODE + 0x100,
+            CODE + 0x200,
+            row(
+                CfaRule::RegPlus { reg: 3, offset: 16 },
+                RegRule::AtCfa(-8),
+                RegRule::SameValue,
+            ),
+        )
+        .row(
+            CODE + 0x200,
+            CODE + 0x300,
+            row(CfaRule::SpPlus(8), RegRule::Undefined, RegRule::SameValue),
+        );
+    let mut words = [0u64; 8];
+    words[0] = CODE + 0x105;
+    words[3] = CODE + 0x20a; // the return address for rbx = STACK + 16
+    words[7] = CODE + 0x20f; // and for rbx = STACK + 48
+    let st = stack(&words);
+    let memo = Remembering::new(code.clone());
+    let with_rbx = |rbx| x86_64::Regs {
+        rbx,
+        ..x86(CODE + 0x10, STACK, 3)
+    };
+    // Marked, recorded, then offered for replay to another rbx.
+    for rbx in [STACK + 16, STACK + 16, STACK + 16, STACK + 48] {
+        let (got, fresh) = remembered_and_fresh(with_rbx(rbx), &st, &memo, &code);
+        assert_eq!(got, fresh, "rbx {rbx:#x}");
+        let want = if rbx == STACK + 16 { 0x20a } else { 0x20f };
+        assert_eq!(got.0[2].pc, CODE + want);
+    }
+}
+
+/// [`Remembering`] whose idea of whether a pc outside the code is a signal
+/// trampoline comes from memory that can change, as the module table's
+/// does for a pc in no module (its code is read with a checked read).
+struct OutsideCode {
+    memo: Remembering,
+    sigreturn_at: std::cell::Cell<Option<u64>>,
+}
+
+impl CodeMap for OutsideCode {
+    fn lookup(&self, pc: u64) -> Lookup {
+        self.memo.lookup(pc)
+    }
+    fn is_code(&self, addr: u64) -> bool {
+        self.memo.is_code(addr)
+    }
+    fn read_code(&self, addr: u64, buf: &mut [u8]) -> bool {
+        self.memo.read_code(addr, buf)
+    }
+    fn is_sigreturn<A: Arch>(&self, pc: u64) -> bool {
+        self.sigreturn_at.get() == Some(pc)
+    }
+    fn sigreturn_reads_memory<A: Arch>(&self, pc: u64) -> bool {
+        !self.is_code(pc)
+    }
+    fn recall_end<R>(
+        &self,
+        key: u64,
+        take: impl FnOnce(&[core::sync::atomic::AtomicU64; END_WORDS]) -> R,
+    ) -> Option<R> {
+        self.memo.recall_end(key, take)
+    }
+    fn remember_end(&self, key: u64, words: &[u64; END_WORDS]) {
+        self.memo.remember_end(key, words)
+    }
+}
+
+#[test]
+fn a_walk_end_that_asked_memory_whether_a_pc_is_a_trampoline_is_not_remembered() {
+    // Frame 0: cfa = sp + 8; its caller has no row, and the frame record
+    // at rbp holds a return address in no module. Whether that is a signal
+    // trampoline is decided by the memory there, which changes between the
+    // walks (code mapped there by a JIT, say).
+    const OUTSIDE: u64 = 0x9000_0000;
+    let code = Fake::x86().row(
+        CODE,
+        CODE + 0x100,
+        row(CfaRule::SpPlus(8), RegRule::AtCfa(-8), RegRule::SameValue),
+    );
+    let st = stack(&[CODE + 0x105, 0, 0, OUTSIDE]);
+    let map = OutsideCode {
+        memo: Remembering::new(code.clone()),
+        sigreturn_at: Default::default(),
+    };
+    let regs = x86(CODE + 0x10, STACK, STACK + 16);
+    for _ in 0..3 {
+        let (got, fresh) = remembered_and_fresh(regs, &st, &map, &code);
+        assert_eq!(got, fresh);
+        assert_eq!(got.0.len(), 2);
+    }
+    map.sigreturn_at.set(Some(OUTSIDE));
+    let regions = [(STACK, &st[..])];
+    let mut w: Walker<X86_64, _, _> = Walker::new(
+        regs,
+        true,
+        SliceMemory::new(&regions),
+        &map,
+        WalkOptions {
+            fast_path: false,
+            ..Default::default()
+        },
+    );
+    let general: Vec<Frame> = w.by_ref().collect();
+    assert_eq!(general.len(), 3, "the trampoline is now a frame");
+    let (got, _) = remembered_and_fresh(regs, &st, &map, &code);
+    assert_eq!(got.0, general);
+}
+
+#[test]
+fn a_depth_limit_of_zero_gives_no_frame() {
+    let st = stack(&[0; 4]);
+    let opts = WalkOptions {
+        max_depth: 0,
+        ..Default::default()
+    };
+    let (frames, stop) =
+        walk_with::<X86_64>(x86(CODE + 0x10, STACK, 0), true, &st, Fake::x86(), opts);
+    assert_eq!((frames.len(), stop), (0, StopReason::DepthLimit));
+}
