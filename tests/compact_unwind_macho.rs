@@ -73,6 +73,19 @@ fn fixture_headers_read_as_the_object_crate_reads_them() {
         }
         assert!(m.section(b"__DATA", b"__unwind_info").is_none());
 
+        // Loaded with its header at `mh`, the image slid by `mh` less the
+        // link-time address of `__TEXT`, where the header is.
+        let text = file.segments().find(|s| s.name() == Ok(Some("__TEXT")));
+        let mh = 0x1_2345_0000 + text.unwrap().address();
+        assert_eq!(m.slide_at(mh), Some(0x1_2345_0000), "{}", path.display());
+        // The fixtures are dylibs, linked at 0; an executable's `__TEXT`
+        // is linked at 4 GiB. The same header with that address:
+        let mut exe = data[..size].to_vec();
+        let at = exe.windows(8).position(|w| w == b"__TEXT\0\0").unwrap() + 16;
+        exe[at..at + 8].copy_from_slice(&0x1_0000_0000u64.to_le_bytes());
+        let exe = MachO::parse(&exe).unwrap();
+        assert_eq!(exe.slide_at(0x1_2345_0000), Some(0x2345_0000));
+
         let uuid = file.mach_uuid().unwrap().expect("LC_UUID");
         assert_eq!(m.uuid(), Some(uuid), "{}", path.display());
         checked += 1;

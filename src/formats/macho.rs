@@ -232,6 +232,14 @@ impl<'a> MachO<'a> {
             })
     }
 
+    /// The slide of this image when its `mach_header` is loaded at `mh`:
+    /// `mh` less the link-time address of `__TEXT`, which starts at the
+    /// header. `None` without a `__TEXT` segment.
+    pub fn slide_at(&self, mh: u64) -> Option<u64> {
+        let text = self.segments().find(|s| s.name() == b"__TEXT")?;
+        Some(mh.wrapping_sub(text.vmaddr))
+    }
+
     /// The section `sectname` of segment `segname` (`__TEXT`,
     /// `__unwind_info`), if there is one.
     pub fn section(&self, segname: &[u8], sectname: &[u8]) -> Option<Section> {

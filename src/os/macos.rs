@@ -28,6 +28,7 @@
 use core::ffi::{c_char, c_int, c_void, CStr};
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 
+use super::header_set::HeaderSet;
 use crate::formats::compact_unwind::UnwindInfo;
 use crate::formats::macho::{self, MachO};
 use crate::modules::{self, Module, RefreshError, Table, MAX_MODULES};
@@ -37,8 +38,6 @@ use crate::modules::{self, Module, RefreshError, Table, MAX_MODULES};
 extern "C" {
     fn _dyld_image_count() -> u32;
     fn _dyld_get_image_header(index: u32) -> *const c_void;
-    fn _dyld_get_image_vmaddr_slide(index: u32) -> isize;
-    fn _dyld_get_image_name(index: u32) -> *const c_char;
     fn _dyld_register_func_for_add_image(f: extern "C" fn(*const c_void, isize));
     fn _dyld_register_func_for_remove_image(f: extern "C" fn(*const c_void, isize));
     fn mach_vm_read_overwrite(
@@ -164,8 +163,10 @@ fn release_copy((ptr, size): (usize, usize)) {
 
 /// The module for the image whose `mach_header` is at `mh`, or `None` if
 /// its header cannot be read (it was unloaded meanwhile). Reuses `old`'s
-/// copy of its `__unwind_info` when `old` holds the same image.
-fn image_module(mh: u64, slide: isize, name: &[u8], old: &Table) -> Option<Module> {
+/// copy of its `__unwind_info` when `old` holds the same image. The slide
+/// comes from the header itself, as dyld computes it, not from a second
+/// query that could answer for another image.
+fn image_module(mh: u64, name: &[u8], old: &Table) -> Option<Module> {
     let mut head = [0u8; MAX_HEADER];
     if !read_checked(mh, &mut head[..32]) {
         return None;
@@ -175,7 +176,7 @@ fn image_module(mh: u64, slide: isize, name: &[u8], old: &Table) -> Option<Modul
         return None;
     }
     let image = MachO::parse(&head[..size]).ok()?;
-    let slide = slide as u64;
+    let slide = image.slide_at(mh)?;
     let mut m = super::macho_module(&image, slide, name);
     let reused = old
         .modules()
@@ -229,7 +230,6 @@ fn is_image(m: &Module, mh: u64) -> bool {
 #[derive(Clone, Copy)]
 struct Image {
     mh: u64,
-    slide: isize,
     name: *const c_char,
 }
 
@@ -247,33 +247,57 @@ fn name_bytes<'a>(name: *const c_char) -> &'a [u8] {
 /// counts itself before it waits for the table, so before dyld frees
 /// anything of an image being removed. A refresh that finds the count
 /// unchanged once it holds the table knows that every image it listed is
-/// still loaded (a removal starting later waits for it), and that no image
-/// was added behind its back.
+/// still loaded (a removal starting later waits for it; one that started
+/// earlier put its image in [`REMOVED`], which the listing leaves out), and
+/// that no image was added behind its back.
 static CHANGES: AtomicU64 = AtomicU64::new(0);
 
 /// How often [`refresh`] starts over because dyld's list changed meanwhile.
 const MAX_ATTEMPTS: usize = 64;
 
-/// Reads dyld's list of images into `images`; returns how many it holds.
+/// Headers of images whose remove callback has run. dyld calls the remove
+/// callbacks before it takes an image off its list, so a refresh that reads
+/// the list meanwhile (after the callback counted itself in [`CHANGES`])
+/// would find the image still there, with its name about to be freed.
+static REMOVED: HeaderSet = HeaderSet::new();
+
+/// Reads dyld's list of images into `images`, leaving out those being
+/// removed; returns how many it holds. Only the header is taken from the
+/// list: indexes shift when an image leaves it, so a second query by index
+/// could answer for another image. The name comes from the header's own
+/// image, through `dladdr` (not called with the table held: it takes
+/// dyld's lock, which a thread in one of our callbacks holds).
 fn list_images(images: &mut [Image]) -> usize {
     let mut n = 0;
-    // SAFETY: the dyld queries take an index below the count; an index that
+    // SAFETY: the dyld query takes an index below the count; an index that
     // went stale (an image unloaded meanwhile) yields a null header.
-    unsafe {
-        for i in 0.._dyld_image_count() {
-            let mh = _dyld_get_image_header(i) as u64;
-            if mh == 0 || n == images.len() {
-                continue;
-            }
-            images[n] = Image {
-                mh,
-                slide: _dyld_get_image_vmaddr_slide(i),
-                name: _dyld_get_image_name(i),
-            };
-            n += 1;
+    let count = unsafe { _dyld_image_count() };
+    for i in 0..count {
+        // SAFETY: as above.
+        let mh = unsafe { _dyld_get_image_header(i) } as u64;
+        if mh == 0 || n == images.len() || REMOVED.contains(mh) {
+            continue;
         }
+        images[n] = Image {
+            mh,
+            name: image_name(mh),
+        };
+        n += 1;
     }
     n
+}
+
+/// The path of the image whose header is at `mh` (null if dyld knows none).
+fn image_name(mh: u64) -> *const c_char {
+    // SAFETY: an all-zero Dl_info is valid (null pointers); dladdr fills it
+    // for an address inside a loaded image.
+    let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::dladdr(mh as *const c_void, &mut info) } != 0 {
+        info.dli_fname
+    } else {
+        core::ptr::null()
+    }
 }
 
 /// Rebuilds the module table from dyld's list of images and, the first
@@ -284,7 +308,6 @@ pub fn refresh() -> Result<u64, RefreshError> {
     watch_images();
     let mut images = [Image {
         mh: 0,
-        slide: 0,
         name: core::ptr::null(),
     }; MAX_MODULES];
     for _ in 0..MAX_ATTEMPTS {
@@ -307,7 +330,7 @@ pub fn refresh() -> Result<u64, RefreshError> {
                     return;
                 }
                 for im in &images[..n] {
-                    if let Some(m) = image_module(im.mh, im.slide, name_bytes(im.name), old) {
+                    if let Some(m) = image_module(im.mh, name_bytes(im.name), old) {
                         push(new, old, m);
                     }
                 }
@@ -353,34 +376,27 @@ fn watch_images() {
 }
 
 /// dyld calls this on the thread that loads an image, after adding it to
-/// its list and before `dlopen` returns.
-extern "C" fn on_add_image(mh: *const c_void, slide: isize) {
-    CHANGES.fetch_add(1, SeqCst);
+/// its list and before `dlopen` returns. The image replaces any module the
+/// table holds at its address: an image removed there may still be listed
+/// (see [`REMOVED`]), and the new one is not it.
+extern "C" fn on_add_image(mh: *const c_void, _slide: isize) {
     let mh = mh as u64;
+    // Before counting: a refresh that reads the list after this count must
+    // not take the new image for the removed one.
+    REMOVED.remove(mh);
+    CHANGES.fetch_add(1, SeqCst);
     if REGISTERING.load(SeqCst) || mh == 0 {
         return;
     }
-    if let Some(t) = modules::current() {
-        if t.modules().iter().any(|m| is_image(m, mh)) {
-            return;
-        }
-    }
-    // SAFETY: an all-zero Dl_info is valid (null pointers); dladdr fills it
-    // for an address inside a loaded image.
-    let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
-    // SAFETY: as above; the image being added stays loaded while dyld runs
-    // this callback, and with it the name dladdr points at.
-    let name = if unsafe { libc::dladdr(mh as *const c_void, &mut info) } != 0 {
-        name_bytes(info.dli_fname)
-    } else {
-        b""
-    };
+    // The image being added stays loaded while dyld runs this callback,
+    // and with it the name dladdr points at.
+    let name = name_bytes(image_name(mh));
     let _ = modules::refresh_with(
         |new, old| {
             for m in old.modules().iter().filter(|m| !is_image(m, mh)) {
                 push(new, old, *m);
             }
-            if let Some(m) = image_module(mh, slide, name, old) {
+            if let Some(m) = image_module(mh, name, old) {
                 push(new, old, m);
             }
         },
@@ -391,8 +407,11 @@ extern "C" fn on_add_image(mh: *const c_void, slide: isize) {
 /// dyld calls this on the thread that unloads an image, before it unmaps
 /// the image: once it returns, no published table lists the image.
 extern "C" fn on_remove_image(mh: *const c_void, _slide: isize) {
-    CHANGES.fetch_add(1, SeqCst);
     let mh = mh as u64;
+    // Before counting: a refresh that read the count after this must leave
+    // the image out even if dyld still lists it.
+    REMOVED.insert(mh);
+    CHANGES.fetch_add(1, SeqCst);
     let _ = modules::refresh_with(
         |new, old| {
             for m in old.modules().iter().filter(|m| !is_image(m, mh)) {

@@ -16,6 +16,7 @@ pub use macos::{
     read_checked, refresh, register_thread, registered_stack, regs_from_ucontext, write_registers,
 };
 
+pub mod header_set;
 mod macho_image;
 mod stack;
 #[cfg(target_os = "linux")]
