@@ -96,11 +96,39 @@ fn raise(sig: i32) {
     unsafe { libc::raise(sig) };
 }
 
+/// The address the `chain` mode faults at.
+#[cfg(target_os = "linux")]
+const CHAIN_FAULT: u64 = 0x10008;
+/// `si_code` of a fault at an address nothing maps.
+#[cfg(target_os = "linux")]
+const SEGV_MAPERR: i32 = 1;
+
+/// A SIGSEGV handler installed before stackmark's, as a runtime with its
+/// own fault handling would have: exits 42 if it sees the fault itself
+/// (`SEGV_MAPERR` at [`CHAIN_FAULT`]), 43 for anything else.
+#[cfg(target_os = "linux")]
+extern "C" fn previous_segv(_: i32, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // SAFETY: the kernel's siginfo; _exit is async-signal-safe.
+    unsafe {
+        let fault = (*info).si_code == SEGV_MAPERR && (*info).si_addr() as u64 == CHAIN_FAULT;
+        libc::_exit(if fault { 42 } else { 43 });
+    }
+}
+
 #[cfg(target_os = "linux")]
 #[allow(clippy::zero_ptr)]
 fn main() {
-    stackmark::install_crash_handler().expect("install the crash handler");
     let mode = std::env::args().nth(1).unwrap_or_else(|| "segv".into());
+    if mode == "chain" {
+        // SAFETY: installs a plain handler; the sigaction is zeroed first.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = previous_segv as *const () as usize;
+            sa.sa_flags = libc::SA_SIGINFO;
+            libc::sigaction(libc::SIGSEGV, &sa, std::ptr::null_mut());
+        }
+    }
+    stackmark::install_crash_handler().expect("install the crash handler");
     match mode.as_str() {
         "segv" => {
             black_box(rust_entry(7));
@@ -158,6 +186,10 @@ fn main() {
             raise(libc::SIGFPE);
         }
         "abrt" => std::process::abort(),
+        "chain" => {
+            // SAFETY: none: the fault is the point.
+            unsafe { black_box(CHAIN_FAULT as *mut u64).write_volatile(1) };
+        }
         "trap" => {
             // SAFETY: a breakpoint instruction.
             #[cfg(target_arch = "x86_64")]

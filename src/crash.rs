@@ -221,20 +221,40 @@ fn raise_here(sig: c_int) {
     };
 }
 
+/// Whether returning from the handler runs the faulting instruction again,
+/// so that the fault recurs by itself: a SIGSEGV, SIGBUS, SIGILL or SIGFPE
+/// that the kernel raised for an instruction (a trap instruction's SIGTRAP
+/// would not recur: the pc is already past it).
+fn fault_recurs(sig: c_int, code: c_int) -> bool {
+    matches!(
+        sig,
+        libc::SIGSEGV | libc::SIGBUS | libc::SIGILL | libc::SIGFPE
+    ) && origin(code) == Origin::Fault
+}
+
 /// Puts back the dispositions that were there before ours (for every
 /// handled signal, so a follow-up signal such as the abort of Rust's
-/// stack-overflow handler is not reported twice) and sends the signal again,
-/// so the process ends the way it would have without us.
-fn restore_and_reraise(sig: c_int) {
+/// stack-overflow handler is not reported twice), then ends the way the
+/// process would have without us. A fault is left to recur when the
+/// handler returns, so the restored handler, or the core dump, sees the
+/// kernel's own siginfo (its code and fault address; Rust's handler tells
+/// a stack overflow by that address). Any other signal is sent again.
+///
+/// # Safety
+/// `info` must be the kernel's siginfo for `sig`.
+unsafe fn restore_and_reraise(sig: c_int, info: *const libc::siginfo_t) {
     // SAFETY: `previous` was filled at install; sigaction and tgkill are
-    // async-signal-safe. The signal stays blocked until the handler returns,
-    // so the new one is delivered then, under the restored disposition.
+    // async-signal-safe, and `info` is valid by the caller's contract. The
+    // signal stays blocked until the handler returns, so a resent one is
+    // delivered then, under the restored disposition.
     unsafe {
         let previous = &*SHARED.previous.get();
         for (i, &s) in CRASH_SIGNALS.iter().enumerate() {
             libc::sigaction(s, &previous[i], core::ptr::null_mut());
         }
-        raise_here(sig);
+        if !fault_recurs(sig, (*info).si_code) {
+            raise_here(sig);
+        }
     }
 }
 
@@ -327,7 +347,8 @@ extern "C" fn on_crash(sig: c_int, info: *mut libc::siginfo_t, uc: *mut c_void) 
             Ok(_) => break,
             Err(owner) if owner == tid => {
                 PENDING.fetch_sub(1, SeqCst);
-                restore_and_reraise(sig);
+                // SAFETY: `info` is the kernel's.
+                unsafe { restore_and_reraise(sig, info) };
                 return;
             }
             Err(_) => sleep_ms(1),
@@ -363,7 +384,38 @@ extern "C" fn on_crash(sig: c_int, info: *mut libc::siginfo_t, uc: *mut c_void) 
         }
         sleep_ms(1);
     }
-    restore_and_reraise(sig);
+    // SAFETY: `info` is the kernel's.
+    unsafe { restore_and_reraise(sig, info) };
+}
+
+/// What a siginfo with a given `si_code` describes.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Origin {
+    /// Sent by a process (`kill`, `tgkill`, `raise`, `abort`, `sigqueue`):
+    /// it holds the sender's pid and uid.
+    Sender,
+    /// Raised by the kernel for an instruction: it holds the fault address.
+    Fault,
+    /// Anything else (a timer, asynchronous I/O): neither.
+    Other,
+}
+
+fn origin(code: c_int) -> Origin {
+    // SI_USER, SI_QUEUE and SI_TKILL; other codes up to 0 come from
+    // timers, message queues and asynchronous I/O.
+    #[cfg(target_os = "linux")]
+    return match code {
+        0 | -1 | -6 => Origin::Sender,
+        1.. => Origin::Fault,
+        _ => Origin::Other,
+    };
+    // SI_USER and SI_QUEUE, then SI_TIMER, SI_ASYNCIO and SI_MESGQ.
+    #[cfg(target_os = "macos")]
+    return match code {
+        0x10001 | 0x10002 => Origin::Sender,
+        0x10003..=0x10005 => Origin::Other,
+        _ => Origin::Fault,
+    };
 }
 
 /// The name of a signal this handler reports.
@@ -412,16 +464,31 @@ unsafe fn report(
     let mut sink = FdSink::new(fd);
     let mut m = Markup::new(&mut sink);
     // SAFETY: `info` is the kernel's siginfo_t.
-    let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as u64) };
+    let code = unsafe { (*info).si_code };
     m.text("stackmark: fatal signal ")
         .dec(sig as u64)
         .text(" (")
         .text(signal_name(sig));
-    m.text("), code ")
-        .signed(i64::from(code))
-        .text(", fault address ")
-        .hex(addr)
-        .newline();
+    m.text("), code ").signed(i64::from(code));
+    match origin(code) {
+        Origin::Sender => {
+            // kill, raise, abort, sigqueue: the siginfo names the sender;
+            // it holds no address.
+            // SAFETY: for these codes the kernel filled in the sender.
+            let (pid, uid) = unsafe { ((*info).si_pid(), (*info).si_uid()) };
+            m.text(", sent by pid ")
+                .signed(i64::from(pid))
+                .text(" uid ")
+                .dec(u64::from(uid));
+        }
+        Origin::Fault => {
+            // SAFETY: for a fault the kernel filled in the address.
+            let addr = unsafe { (*info).si_addr() as u64 };
+            m.text(", fault address ").hex(addr);
+        }
+        Origin::Other => {}
+    }
+    m.newline();
     m.text("stackmark: ");
     write_thread(&mut m);
     m.newline();

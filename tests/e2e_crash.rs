@@ -221,7 +221,29 @@ fn every_handled_signal_gives_one_whole_report_and_the_original_death() {
             r[0].iter().any(|l| l.starts_with("{{{bt:0:")),
             "{mode}: {text}"
         );
+        // A fault gives its address; abort sends the signal, whose siginfo
+        // names the sender instead.
+        let origin = match mode {
+            "segv" => Some(", fault address 0x"),
+            "abrt" => Some(", sent by pid "),
+            _ => None,
+        };
+        if let Some(origin) = origin {
+            assert!(r[0][0].contains(origin), "{mode}: {}", r[0][0]);
+        }
     }
+}
+
+#[test]
+fn a_handler_installed_before_ours_gets_the_faults_own_siginfo() {
+    // The previous SIGSEGV handler exits 42 only if it sees SEGV_MAPERR at
+    // the faulting address: the signal is sent again with its siginfo, not
+    // as one sent by a process (code SI_TKILL, the sender in place of the
+    // address).
+    let out = run_example("crash", &["chain"]);
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(reports(&text).len(), 1, "{text}");
+    assert_eq!(out.status.code(), Some(42), "{:?}: {text}", out.status);
 }
 
 #[test]
@@ -241,11 +263,10 @@ fn stack_overflows_are_reported_on_the_main_thread_and_on_a_spawned_one() {
     for mode in ["overflow", "thread-overflow"] {
         let out = run_example("crash", &[mode]);
         let text = String::from_utf8_lossy(&out.stderr);
-        let sig = out.status.signal();
-        assert!(
-            matches!(sig, Some(libc::SIGSEGV) | Some(libc::SIGABRT)),
-            "{mode}: {sig:?} {text}"
-        );
+        // Rust's own handler, restored after the report, gets the fault's
+        // siginfo, knows its guard page, says so and aborts, as without us.
+        assert_eq!(out.status.signal(), Some(libc::SIGABRT), "{mode}: {text}");
+        assert!(text.contains("has overflowed its stack"), "{mode}: {text}");
         let r = reports(&text);
         assert_eq!(r.len(), 1, "{mode}: {text}");
         // The recursion fills the report up to its depth limit.
