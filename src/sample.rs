@@ -16,7 +16,7 @@
 
 use core::cell::UnsafeCell;
 use core::ffi::{c_int, c_void};
-use core::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering::*};
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering::*};
 
 use crate::walk::Frame;
 
@@ -54,15 +54,21 @@ pub const PROFILE_OPTIONS: crate::walk::WalkOptions = crate::walk::WalkOptions {
     fast_path: true,
 };
 
-const EMPTY: u8 = 0;
-const WRITING: u8 = 1;
-const FULL: u8 = 2;
-
+/// A slot of the ring. Position `p` of the ring (counting every sample
+/// ever claimed) uses slot `p % RING_SLOTS` in lap `p / RING_SLOTS`; the
+/// slot's `lap` word says where it is: `2 * lap` free for that lap's
+/// writer, `2 * lap + 1` holding that lap's sample, which the reader turns
+/// into `2 * (lap + 1)`.
 struct Slot {
-    state: AtomicU8,
+    lap: AtomicUsize,
     sample: UnsafeCell<Sample>,
 }
 
+/// A bounded queue of samples: writers (signal handlers, on any thread)
+/// claim positions in order with a compare-exchange on `next`, only when
+/// the slot is free for them; the reader takes positions in order from
+/// `read`, and stops at one claimed but not yet written, which a later
+/// drain takes. Writers never wait: a full ring drops the sample.
 struct Ring {
     slots: [Slot; RING_SLOTS],
     next: AtomicUsize,
@@ -73,13 +79,14 @@ struct Ring {
     handler_ns: AtomicU64,
 }
 
-// SAFETY: a slot's sample is written only by the writer that moved its state
-// EMPTY -> WRITING, and read only by the reader after it saw FULL.
+// SAFETY: a slot's sample is written only by the writer that claimed its
+// position (while the slot was free for that lap), and read only by the
+// reader after the writer published it; the `lap` word orders the two.
 unsafe impl Sync for Ring {}
 
 #[allow(clippy::declare_interior_mutable_const)]
 const SLOT: Slot = Slot {
-    state: AtomicU8::new(EMPTY),
+    lap: AtomicUsize::new(0),
     sample: UnsafeCell::new(Sample {
         tid: 0,
         len: 0,
@@ -119,27 +126,51 @@ pub unsafe fn record(uc: *const c_void) {
     // SAFETY: forwarded from the caller.
     let regs = unsafe { crate::regs_from_ucontext(uc) };
     let n = crate::walk_from(regs, true, PROFILE_OPTIONS, &mut frames);
-    let i = RING.next.fetch_add(1, Relaxed) % RING_SLOTS;
-    let slot = &RING.slots[i];
-    if slot
-        .state
-        .compare_exchange(EMPTY, WRITING, Acquire, Relaxed)
-        .is_ok()
-    {
-        // SAFETY: WRITING makes this writer the slot's only user.
-        let s = unsafe { &mut *slot.sample.get() };
-        s.tid = crate::crash::gettid();
-        s.len = n as u16;
-        for (d, f) in s.pcs.iter_mut().zip(&frames[..n]) {
-            *d = f.pc;
+    match claim() {
+        Some((slot, lap)) => {
+            // SAFETY: the claim makes this writer the slot's only user
+            // until it publishes the sample.
+            let s = unsafe { &mut *slot.sample.get() };
+            s.tid = crate::crash::gettid();
+            s.len = n as u16;
+            for (d, f) in s.pcs.iter_mut().zip(&frames[..n]) {
+                *d = f.pc;
+            }
+            slot.lap.store(2 * lap + 1, Release);
+            RING.taken.fetch_add(1, Relaxed);
         }
-        slot.state.store(FULL, Release);
-        RING.taken.fetch_add(1, Relaxed);
-    } else {
-        RING.dropped.fetch_add(1, Relaxed);
+        None => {
+            RING.dropped.fetch_add(1, Relaxed);
+        }
     }
     RING.handler_ns
         .fetch_add(now_ns().saturating_sub(start), Relaxed);
+}
+
+/// Claims the next position of the ring: its slot and lap, or `None` when
+/// the ring is full (the slot still holds a sample of an earlier lap, read
+/// or written by no one yet). Lock-free: a writer retries only when another
+/// claimed the position first.
+fn claim() -> Option<(&'static Slot, usize)> {
+    let mut pos = RING.next.load(Relaxed);
+    loop {
+        let slot = &RING.slots[pos % RING_SLOTS];
+        let lap = pos / RING_SLOTS;
+        let at = slot.lap.load(Acquire);
+        if at == 2 * lap {
+            match RING
+                .next
+                .compare_exchange_weak(pos, pos + 1, Relaxed, Relaxed)
+            {
+                Ok(_) => return Some((slot, lap)),
+                Err(now) => pos = now,
+            }
+        } else if at < 2 * lap {
+            return None;
+        } else {
+            pos = RING.next.load(Relaxed);
+        }
+    }
 }
 
 extern "C" fn on_sigprof(_sig: c_int, _info: *mut libc::siginfo_t, uc: *mut c_void) {
@@ -264,13 +295,13 @@ impl Drop for ThreadTimer {
 /// The ring is 2 MiB of zero-filled static memory: left alone, its pages
 /// are faulted in one by one by the samples that first land on them,
 /// inside the handler, and in a virtual machine such a fault can cost more
-/// than a hundred walks. Each slot's state byte is rewritten with its own
+/// than a hundred walks. Each slot's `lap` word is rewritten with its own
 /// value by a compare-exchange (a write the compiler keeps, unlike an
 /// atomic add of 0), which leaves a sample in flight intact.
 fn prefault_ring() {
     for slot in &RING.slots {
-        let s = slot.state.load(Relaxed);
-        let _ = slot.state.compare_exchange(s, s, Relaxed, Relaxed);
+        let s = slot.lap.load(Relaxed);
+        let _ = slot.lap.compare_exchange(s, s, Relaxed, Relaxed);
     }
 }
 
@@ -303,19 +334,19 @@ pub fn drain(mut f: impl FnMut(&Sample)) -> usize {
     let mut n = 0;
     loop {
         let r = RING.read.load(Relaxed);
-        if r == RING.next.load(Acquire) {
+        let slot = &RING.slots[r % RING_SLOTS];
+        let lap = r / RING_SLOTS;
+        // Not written yet (or not even claimed): a later drain takes it,
+        // in its turn.
+        if slot.lap.load(Acquire) != 2 * lap + 1 {
             return n;
         }
-        let slot = &RING.slots[r % RING_SLOTS];
-        // A slot not FULL was claimed by a writer that found it busy
-        // (dropped) or is still being written: skip it rather than wait.
-        if slot.state.load(Acquire) == FULL {
-            // SAFETY: FULL hands the slot to the reader.
-            f(unsafe { &*slot.sample.get() });
-            slot.state.store(EMPTY, Release);
-            n += 1;
-        }
+        // SAFETY: the writer published the sample, and the slot is not
+        // handed back until the reader is done with it.
+        f(unsafe { &*slot.sample.get() });
+        slot.lap.store(2 * (lap + 1), Release);
         RING.read.store(r + 1, Relaxed);
+        n += 1;
     }
 }
 
