@@ -96,16 +96,56 @@ impl core::fmt::Display for CrashError {
 
 impl std::error::Error for CrashError {}
 
+thread_local! {
+    /// The alternate stack [`install_altstack`] mapped for this thread,
+    /// unmapped when the thread exits.
+    static OWN_ALTSTACK: OwnAltstack = const { OwnAltstack(core::cell::Cell::new(0)) };
+}
+
+/// The address of a mapping of [`ALTSTACK_SIZE`] bytes plus a guard page.
+struct OwnAltstack(core::cell::Cell<usize>);
+
+impl Drop for OwnAltstack {
+    fn drop(&mut self) {
+        let p = self.0.get();
+        if p == 0 {
+            return;
+        }
+        // SAFETY: the mapping this thread made; at its exit nothing runs on
+        // it. It is taken out of use first if it is still installed.
+        unsafe {
+            let mut cur: libc::stack_t = core::mem::zeroed();
+            if libc::sigaltstack(core::ptr::null(), &mut cur) == 0
+                && cur.ss_sp as usize == p + ALTSTACK_GUARD
+            {
+                let off = libc::stack_t {
+                    ss_sp: core::ptr::null_mut(),
+                    ss_flags: libc::SS_DISABLE,
+                    ss_size: 0,
+                };
+                if libc::sigaltstack(&off, core::ptr::null_mut()) != 0 {
+                    return;
+                }
+            }
+            libc::munmap(p as *mut c_void, ALTSTACK_SIZE + ALTSTACK_GUARD);
+        }
+    }
+}
+
+/// The guard page below an alternate stack.
+const ALTSTACK_GUARD: usize = 4096;
+
 /// Gives the calling thread an alternate signal stack of [`ALTSTACK_SIZE`]
 /// bytes (plus a guard page), so its crash handler runs even after a stack
 /// overflow. Threads spawned by Rust's `std::thread` already get one from
 /// the standard library; call this at the start of other threads (C
 /// threads, or when the program disables std's). A thread that already has
-/// an alternate stack keeps it.
+/// an alternate stack of at least half that size keeps it; the one this
+/// makes is unmapped when the thread exits.
 pub fn install_altstack() -> Result<(), CrashError> {
     // SAFETY: queries the current alternate stack, then maps a fresh region
-    // (checked for failure) and installs it; the mapping is never freed while
-    // the thread may run on it.
+    // (checked for failure) and installs it; the mapping is freed only at
+    // the thread's exit, after it is taken out of use.
     unsafe {
         let mut cur: libc::stack_t = core::mem::zeroed();
         if libc::sigaltstack(core::ptr::null(), &mut cur) == 0
@@ -114,7 +154,7 @@ pub fn install_altstack() -> Result<(), CrashError> {
         {
             return Ok(());
         }
-        let page = 4096;
+        let page = ALTSTACK_GUARD;
         let p = libc::mmap(
             core::ptr::null_mut(),
             ALTSTACK_SIZE + page,
@@ -133,8 +173,19 @@ pub fn install_altstack() -> Result<(), CrashError> {
             ss_size: ALTSTACK_SIZE,
         };
         if libc::sigaltstack(&ss, core::ptr::null_mut()) != 0 {
-            return Err(CrashError::Os(std::io::Error::last_os_error()));
+            let err = std::io::Error::last_os_error();
+            libc::munmap(p, ALTSTACK_SIZE + page);
+            return Err(CrashError::Os(err));
         }
+        // Where the thread is exiting already, its stack stays mapped, as
+        // before: there is no exit hook left to unmap it.
+        let _ = OWN_ALTSTACK.try_with(|own| {
+            let old = own.0.replace(p as usize);
+            if old != 0 {
+                // A stack this thread mapped earlier, replaced since.
+                libc::munmap(old as *mut c_void, ALTSTACK_SIZE + page);
+            }
+        });
     }
     Ok(())
 }
