@@ -186,6 +186,40 @@ fn main() {
             raise(libc::SIGFPE);
         }
         "abrt" => std::process::abort(),
+        "gap-sp" => {
+            // A mapping 4 MiB below the main thread's stack: glibc then
+            // gives the stack's low bound as that mapping's end, but the
+            // kernel does not grow the stack within its guard gap above it.
+            // A crash with the stack pointer (and frame pointer) there must
+            // still give a whole report.
+            let here = &black_box(0u8) as *const u8 as u64 & !0xfff;
+            // SAFETY: maps one page where nothing is (MAP_FIXED_NOREPLACE
+            // fails rather than replace a mapping).
+            let block = unsafe {
+                libc::mmap(
+                    (here - (4 << 20)) as *mut libc::c_void,
+                    4096,
+                    libc::PROT_READ,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+                    -1,
+                    0,
+                )
+            };
+            assert_ne!(block, libc::MAP_FAILED, "map below the stack");
+            // Registered again: the bounds now end at the new mapping.
+            stackmark::register_thread();
+            let sp = block as u64 + 4096 + 0x8000;
+            // SAFETY: none: the crash is the point.
+            #[cfg(target_arch = "x86_64")]
+            unsafe {
+                std::arch::asm!("mov rbp, {sp}", "mov rsp, {sp}", "ud2", sp = in(reg) sp, options(noreturn))
+            };
+            // SAFETY: as above.
+            #[cfg(target_arch = "aarch64")]
+            unsafe {
+                std::arch::asm!("mov x29, {sp}", "mov sp, {sp}", "udf #0", sp = in(reg) sp, options(noreturn))
+            };
+        }
         "chain" => {
             // SAFETY: none: the fault is the point.
             unsafe { black_box(CHAIN_FAULT as *mut u64).write_volatile(1) };

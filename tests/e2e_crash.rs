@@ -235,6 +235,18 @@ fn every_handled_signal_gives_one_whole_report_and_the_original_death() {
 }
 
 #[test]
+fn a_stack_pointer_in_the_gap_the_stack_cannot_grow_into_still_gives_a_whole_report() {
+    // The main thread's registered bounds reach down to a mapping below the
+    // stack; the kernel does not grow the stack into the gap above it, and
+    // a crash with the stack and frame pointers there used to fault the
+    // walk inside the report.
+    let out = run_example("crash", &["gap-sp"]);
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(reports(&text).len(), 1, "{text}");
+    assert_eq!(out.status.signal(), Some(libc::SIGILL), "{text}");
+}
+
+#[test]
 fn a_handler_installed_before_ours_gets_the_faults_own_siginfo() {
     // The previous SIGSEGV handler exits 42 only if it sees SEGV_MAPERR at
     // the faulting address: the signal is sent again with its siginfo, not

@@ -163,6 +163,11 @@ pub fn register_thread() -> Option<(u64, u64)> {
         }
         (addr as u64, addr as u64 + size as u64)
     };
+    let bounds = if is_main_thread() {
+        main_thread_bounds(bounds, &bounds as *const _ as u64)
+    } else {
+        bounds
+    };
     static AT_FORK: AtomicBool = AtomicBool::new(false);
     if !AT_FORK.swap(true, Relaxed) {
         // SAFETY: registers a handler that only touches the static table.
@@ -174,6 +179,30 @@ pub fn register_thread() -> Option<(u64, u64)> {
         THREADS.insert(thread_key(), bounds.0, bounds.1);
     }
     Some(bounds)
+}
+
+/// Whether the calling thread is the process's first.
+fn is_main_thread() -> bool {
+    // SAFETY: getpid and gettid have no preconditions.
+    unsafe { libc::getpid() == libc::syscall(libc::SYS_gettid) as libc::pid_t }
+}
+
+/// Pages below a mapping into which the kernel does not grow a stack: its
+/// default `stack_guard_gap`.
+const STACK_GUARD_PAGES: u64 = 256;
+
+/// The main thread's bounds `(lo, hi)` as glibc gives them, made safe to
+/// read directly; `here` is an address on the stack now. glibc's `lo`
+/// follows the stack rlimit, capped at the end of the mapping below: the
+/// stack grows into that range on demand, except within the kernel's guard
+/// gap above another mapping, where a read faults. So `lo` moves up by the
+/// gap (but never above the stack in use); a walk below it proves each page
+/// with a checked read.
+fn main_thread_bounds((lo, hi): (u64, u64), here: u64) -> (u64, u64) {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
+    let in_use = here & !(page - 1);
+    (lo.saturating_add(STACK_GUARD_PAGES * page).min(in_use), hi)
 }
 
 /// This thread's recorded stack bounds, if [`register_thread`] ran on it.
