@@ -233,6 +233,9 @@ impl LiveMemory {
 }
 
 impl MemoryReader for LiveMemory {
+    /// Inlined: the replay of a remembered walk end reads its window with
+    /// one call, and out of line it costs some 20 instructions a walk.
+    #[inline]
     fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
         if !self.covers(addr, buf.len() as u64) {
             return false;
