@@ -544,7 +544,7 @@ impl CodeMap for Table {
         if self.is_trampoline(pc) {
             return true;
         }
-        if self.module_for_addr(pc).is_some() {
+        if !self.sigreturn_reads_memory::<A>(pc) {
             return false;
         }
         let mut code = [0u8; 16];
