@@ -22,7 +22,6 @@ use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::{CodeMap, Frame, Lookup, Method, StopReason, Walker, SCAN_MEMO_WORDS};
 use crate::arch::Arch;
-use crate::formats::sframe::{CfaRule, RegRule};
 use crate::memory::MemoryReader;
 
 /// The most frames a remembered end holds.
@@ -236,13 +235,8 @@ struct Noting<'c, C> {
 impl<C: CodeMap> CodeMap for Noting<'_, C> {
     fn lookup(&self, pc: u64) -> Lookup {
         let l = self.inner.lookup(pc);
-        if let Lookup::SFrame(row) = &l {
-            let reg_cfa = matches!(row.cfa, CfaRule::RegPlus { .. } | CfaRule::AtRegPlus { .. });
-            let reg_rule =
-                |r: RegRule| matches!(r, RegRule::RegPlus { .. } | RegRule::AtRegPlus { .. });
-            if reg_cfa || reg_rule(row.ra) || reg_rule(row.fp) {
-                self.spoiled.set(true);
-            }
+        if matches!(&l, Lookup::SFrame(row) if row.names_registers()) {
+            self.spoiled.set(true);
         }
         l
     }

@@ -88,3 +88,34 @@ pub struct Row {
     /// The function is a signal trampoline (version 3 signal-frame attribute).
     pub signal_frame: bool,
 }
+
+impl Row {
+    /// Whether a rule of this row names a register by its DWARF number
+    /// (FLEX rows: the CFA, return address or frame pointer from any
+    /// register), beyond the stack and frame pointers the plain rules use.
+    ///
+    /// ```
+    /// use stackmark::formats::sframe::{CfaRule, RegRule, Row};
+    /// let mut row = Row {
+    ///     func_start: 0x1000,
+    ///     func_size: 0x10,
+    ///     row_start: 0x1000,
+    ///     cfa: CfaRule::SpPlus(8),
+    ///     ra: RegRule::AtCfa(-8),
+    ///     fp: RegRule::SameValue,
+    ///     mangled_ra: false,
+    ///     signal_frame: false,
+    /// };
+    /// assert!(!row.names_registers());
+    /// row.cfa = CfaRule::RegPlus { reg: 3, offset: 16 };
+    /// assert!(row.names_registers());
+    /// ```
+    pub fn names_registers(&self) -> bool {
+        let named = |r: RegRule| matches!(r, RegRule::RegPlus { .. } | RegRule::AtRegPlus { .. });
+        matches!(
+            self.cfa,
+            CfaRule::RegPlus { .. } | CfaRule::AtRegPlus { .. }
+        ) || named(self.ra)
+            || named(self.fp)
+    }
+}
