@@ -127,13 +127,24 @@ impl Drop for OwnAltstack {
                     return;
                 }
             }
-            libc::munmap(p as *mut c_void, ALTSTACK_SIZE + ALTSTACK_GUARD);
+            unmap_altstack(p);
         }
     }
 }
 
 /// The guard page below an alternate stack.
 const ALTSTACK_GUARD: usize = 4096;
+
+/// Unmaps an alternate stack that [`install_altstack`] mapped at `p`, with
+/// its guard page.
+///
+/// # Safety
+/// Nothing may use that stack any more.
+unsafe fn unmap_altstack(p: usize) {
+    // SAFETY: the whole mapping install_altstack made, unused by the
+    // caller's contract.
+    unsafe { libc::munmap(p as *mut c_void, ALTSTACK_SIZE + ALTSTACK_GUARD) };
+}
 
 /// Gives the calling thread an alternate signal stack of [`ALTSTACK_SIZE`]
 /// bytes (plus a guard page), so its crash handler runs even after a stack
@@ -154,10 +165,9 @@ pub fn install_altstack() -> Result<(), CrashError> {
         {
             return Ok(());
         }
-        let page = ALTSTACK_GUARD;
         let p = libc::mmap(
             core::ptr::null_mut(),
-            ALTSTACK_SIZE + page,
+            ALTSTACK_SIZE + ALTSTACK_GUARD,
             libc::PROT_READ | libc::PROT_WRITE,
             MAP_FLAGS,
             -1,
@@ -166,15 +176,15 @@ pub fn install_altstack() -> Result<(), CrashError> {
         if p == libc::MAP_FAILED {
             return Err(CrashError::Os(std::io::Error::last_os_error()));
         }
-        libc::mprotect(p, page, libc::PROT_NONE);
+        libc::mprotect(p, ALTSTACK_GUARD, libc::PROT_NONE);
         let ss = libc::stack_t {
-            ss_sp: p.cast::<u8>().add(page).cast(),
+            ss_sp: p.cast::<u8>().add(ALTSTACK_GUARD).cast(),
             ss_flags: 0,
             ss_size: ALTSTACK_SIZE,
         };
         if libc::sigaltstack(&ss, core::ptr::null_mut()) != 0 {
             let err = std::io::Error::last_os_error();
-            libc::munmap(p, ALTSTACK_SIZE + page);
+            unmap_altstack(p as usize);
             return Err(CrashError::Os(err));
         }
         // Where the thread is exiting already, its stack stays mapped, as
@@ -183,7 +193,7 @@ pub fn install_altstack() -> Result<(), CrashError> {
             let old = own.0.replace(p as usize);
             if old != 0 {
                 // A stack this thread mapped earlier, replaced since.
-                libc::munmap(old as *mut c_void, ALTSTACK_SIZE + page);
+                unmap_altstack(old);
             }
         });
     }
@@ -290,22 +300,20 @@ fn fault_recurs(sig: c_int, code: c_int) -> bool {
 /// handler returns, so the restored handler, or the core dump, sees the
 /// kernel's own siginfo (its code and fault address; Rust's handler tells
 /// a stack overflow by that address). Any other signal is sent again.
-///
-/// # Safety
-/// `info` must be the kernel's siginfo for `sig`.
-unsafe fn restore_and_reraise(sig: c_int, info: *const libc::siginfo_t) {
+/// `code` is the signal's `si_code`.
+fn restore_and_reraise(sig: c_int, code: c_int) {
     // SAFETY: `previous` was filled at install; sigaction and tgkill are
-    // async-signal-safe, and `info` is valid by the caller's contract. The
-    // signal stays blocked until the handler returns, so a resent one is
-    // delivered then, under the restored disposition.
+    // async-signal-safe. The signal stays blocked until the handler
+    // returns, so a resent one is delivered then, under the restored
+    // disposition.
     unsafe {
         let previous = &*SHARED.previous.get();
         for (i, &s) in CRASH_SIGNALS.iter().enumerate() {
             libc::sigaction(s, &previous[i], core::ptr::null_mut());
         }
-        if !fault_recurs(sig, (*info).si_code) {
-            raise_here(sig);
-        }
+    }
+    if !fault_recurs(sig, code) {
+        raise_here(sig);
     }
 }
 
@@ -390,6 +398,8 @@ unsafe fn on_stack(top: *mut u8, f: extern "C" fn(*mut c_void), arg: *mut c_void
 
 extern "C" fn on_crash(sig: c_int, info: *mut libc::siginfo_t, uc: *mut c_void) {
     let tid = gettid();
+    // SAFETY: `info` is the kernel's siginfo_t.
+    let code = unsafe { (*info).si_code };
     PENDING.fetch_add(1, SeqCst);
     // One report at a time. A thread that crashes inside its own report
     // does not wait for itself: it skips straight to the original action.
@@ -398,8 +408,7 @@ extern "C" fn on_crash(sig: c_int, info: *mut libc::siginfo_t, uc: *mut c_void) 
             Ok(_) => break,
             Err(owner) if owner == tid => {
                 PENDING.fetch_sub(1, SeqCst);
-                // SAFETY: `info` is the kernel's.
-                unsafe { restore_and_reraise(sig, info) };
+                restore_and_reraise(sig, code);
                 return;
             }
             Err(_) => sleep_ms(1),
@@ -435,8 +444,7 @@ extern "C" fn on_crash(sig: c_int, info: *mut libc::siginfo_t, uc: *mut c_void) 
         }
         sleep_ms(1);
     }
-    // SAFETY: `info` is the kernel's.
-    unsafe { restore_and_reraise(sig, info) };
+    restore_and_reraise(sig, code);
 }
 
 /// What a siginfo with a given `si_code` describes.
