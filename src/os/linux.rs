@@ -183,8 +183,8 @@ pub fn register_thread() -> Option<(u64, u64)> {
 
 /// Whether the calling thread is the process's first.
 fn is_main_thread() -> bool {
-    // SAFETY: getpid and gettid have no preconditions.
-    unsafe { libc::getpid() == libc::syscall(libc::SYS_gettid) as libc::pid_t }
+    // SAFETY: getpid has no preconditions.
+    unsafe { libc::getpid() == crate::crash::gettid() }
 }
 
 /// Pages below a mapping into which the kernel does not grow a stack: its
