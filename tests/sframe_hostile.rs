@@ -4,9 +4,11 @@
 //! as/ld output (`tests/data/sframe/testcases/`) and are broken byte by byte.
 
 mod common;
+mod fuzz_support;
 mod sframe_support;
 
 use common::Rng;
+use fuzz_support::first_covering;
 
 use sframe_support::Case;
 use stackmark::formats::sframe::{Error, Header, PieceEntry, SFrame};
@@ -488,14 +490,6 @@ fn exercise(s: &SFrame<'_>) -> usize {
         rows += p.functions().count();
     }
     rows
-}
-
-/// The function a lookup must find: the first one in table order, piece
-/// after piece, whose `[start, start + size)` holds `pc`.
-fn first_covering(s: &SFrame<'_>, pc: u64) -> Option<usize> {
-    s.functions()
-        .find(|f| pc >= f.fde.start && pc - f.fde.start < u64::from(f.fde.size))
-        .map(|f| f.fde.at)
 }
 
 /// Looks each pc up through a piece index and without one, which must

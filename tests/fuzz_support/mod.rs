@@ -16,16 +16,11 @@ pub fn sframe_parse(data: &[u8]) {
     let mut slots = vec![PieceEntry::EMPTY; sf.piece_index_len()];
     let indexed = sf.with_piece_index(&mut slots);
     // The function found is the first in table order that covers the pc.
-    let first_covering = |pc: u64| {
-        sf.functions()
-            .find(|f| pc >= f.fde.start && pc - f.fde.start < u64::from(f.fde.size))
-            .map(|f| f.fde.at)
-    };
     let probe = |pc: u64| {
         assert_eq!(indexed.find_row(pc), sf.find_row(pc), "at {pc:#x}");
         assert_eq!(
             sf.find_function(pc).map(|f| f.fde.at),
-            first_covering(pc),
+            first_covering(&sf, pc),
             "at {pc:#x}"
         );
     };
@@ -51,6 +46,16 @@ pub fn sframe_parse(data: &[u8]) {
     for w in data.chunks_exact(8).take(64) {
         probe(u64::from_le_bytes(w.try_into().unwrap()));
     }
+}
+
+/// The function a lookup of `pc` in `s` must find (the offset of its FDE):
+/// the first one in table order, piece after piece, whose
+/// `[start, start + size)` holds `pc`.
+#[allow(dead_code)]
+pub fn first_covering(s: &stackmark::formats::sframe::SFrame<'_>, pc: u64) -> Option<usize> {
+    s.functions()
+        .find(|f| pc >= f.fde.start && pc - f.fde.start < u64::from(f.fde.size))
+        .map(|f| f.fde.at)
 }
 
 /// Input layout: 3 x u16 lengths (stack, code, sframe), the register
