@@ -530,7 +530,7 @@ fn pac_stripping_keeps_exactly_the_user_address_bits_of_the_target() {
 }
 
 /// Walks `st` from `regs` through `map` into a buffer (remembered ends
-/// and all), and again afresh with the general step alone over `code`.
+/// and all), and again afresh over `code` ([`walk_with`]).
 fn remembered_and_fresh<C: CodeMap>(
     regs: x86_64::Regs,
     st: &[u8],
@@ -543,22 +543,8 @@ fn remembered_and_fresh<C: CodeMap>(
         Walker::new(regs, true, SliceMemory::new(&regions), map, opts);
     let mut buf = [Frame::default(); 16];
     let n = w.fill(&mut buf);
-    let general = WalkOptions {
-        fast_path: false,
-        ..opts
-    };
-    let mut g: Walker<X86_64, _, _> = Walker::new(
-        regs,
-        true,
-        SliceMemory::new(&regions),
-        code.clone(),
-        general,
-    );
-    let fresh: Vec<Frame> = g.by_ref().collect();
-    (
-        (buf[..n].to_vec(), w.stop_reason()),
-        (fresh, g.stop_reason()),
-    )
+    let fresh = walk_with::<X86_64>(regs, true, st, code.clone(), opts);
+    ((buf[..n].to_vec(), w.stop_reason()), fresh)
 }
 
 #[test]
