@@ -60,25 +60,6 @@ __attribute__((noinline)) int mac_caller(int x) {
 }
 "#;
 
-/// A fresh directory for one test.
-fn workdir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("stackmark-markup-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn run(cmd: &mut Command) {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("{cmd:?}: {e} (scripts/test.sh installs the toolchains)"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// The 1-based line of the source holding `marker`.
 fn line_of(src: &str, marker: &str) -> usize {
     src.lines().position(|l| l.contains(marker)).unwrap() + 1
@@ -365,7 +346,7 @@ fn check(
 
 #[test]
 fn gnu_and_llvm_built_elf_modules_symbolize_to_their_functions_and_lines() {
-    let dir = workdir("elf");
+    let dir = common::workdir("elf");
     let aarch64 = cfg!(target_arch = "aarch64");
     let (gcc, triple) = if aarch64 {
         ("aarch64-linux-gnu-gcc", "aarch64-linux-gnu")
@@ -375,7 +356,7 @@ fn gnu_and_llvm_built_elf_modules_symbolize_to_their_functions_and_lines() {
     for (name, src) in [("prog.c", PROG_C), ("lib.c", LIB_C), ("noid.c", NOID_C)] {
         std::fs::write(dir.join(name), src).unwrap();
     }
-    run(Command::new(gcc).current_dir(&dir).args([
+    common::run(Command::new(gcc).current_dir(&dir).args([
         "-g",
         "-O0",
         "-fno-omit-frame-pointer",
@@ -384,7 +365,7 @@ fn gnu_and_llvm_built_elf_modules_symbolize_to_their_functions_and_lines() {
         "prog",
         "prog.c",
     ]));
-    run(Command::new("clang-16").current_dir(&dir).args([
+    common::run(Command::new("clang-16").current_dir(&dir).args([
         &format!("--target={triple}"),
         "-g",
         "-O0",
@@ -397,7 +378,7 @@ fn gnu_and_llvm_built_elf_modules_symbolize_to_their_functions_and_lines() {
         "libllvm.so",
         "lib.c",
     ]));
-    run(Command::new(gcc).current_dir(&dir).args([
+    common::run(Command::new(gcc).current_dir(&dir).args([
         "-g",
         "-O0",
         "-fPIC",
@@ -526,7 +507,7 @@ fn gnu_and_llvm_built_elf_modules_symbolize_to_their_functions_and_lines() {
 
 #[test]
 fn a_universal_macho_image_symbolizes_through_its_uuid_and_dsym() {
-    let dir = workdir("macho");
+    let dir = common::workdir("macho");
     std::fs::write(dir.join("mac.c"), MACHO_C).unwrap();
     let images = dir.join("images");
     std::fs::create_dir_all(&images).unwrap();
@@ -534,36 +515,44 @@ fn a_universal_macho_image_symbolizes_through_its_uuid_and_dsym() {
     for arch in ["x86_64", "arm64"] {
         let obj = dir.join(format!("mac-{arch}.o"));
         let dylib = dir.join(format!("libmac-{arch}.dylib"));
-        run(Command::new("clang-16")
-            .current_dir(&dir)
-            .args([
-                "-target",
-                &format!("{arch}-apple-macos11"),
-                "-g",
-                "-O0",
-                "-c",
-                "mac.c",
-                "-o",
-            ])
-            .arg(&obj));
-        run(Command::new("ld64.lld-16")
-            .args(["-arch", arch, "-platform_version", "macos", "11.0", "11.0"])
-            .args(["-dylib", "-undefined", "dynamic_lookup", "-o"])
-            .arg(&dylib)
-            .arg(&obj));
+        common::run(
+            Command::new("clang-16")
+                .current_dir(&dir)
+                .args([
+                    "-target",
+                    &format!("{arch}-apple-macos11"),
+                    "-g",
+                    "-O0",
+                    "-c",
+                    "mac.c",
+                    "-o",
+                ])
+                .arg(&obj),
+        );
+        common::run(
+            Command::new("ld64.lld-16")
+                .args(["-arch", arch, "-platform_version", "macos", "11.0", "11.0"])
+                .args(["-dylib", "-undefined", "dynamic_lookup", "-o"])
+                .arg(&dylib)
+                .arg(&obj),
+        );
         // The line tables live in a dSYM bundle, next to the universal image.
-        run(Command::new("dsymutil-16")
-            .arg(&dylib)
-            .arg("-o")
-            .arg(images.join(format!("libmac-{arch}.dylib.dSYM"))));
+        common::run(
+            Command::new("dsymutil-16")
+                .arg(&dylib)
+                .arg("-o")
+                .arg(images.join(format!("libmac-{arch}.dylib.dSYM"))),
+        );
         thin.push(dylib);
     }
     let fat = images.join("libmac.dylib");
-    run(Command::new("llvm-lipo-16")
-        .arg("-create")
-        .args(&thin)
-        .arg("-output")
-        .arg(&fat));
+    common::run(
+        Command::new("llvm-lipo-16")
+            .arg("-create")
+            .args(&thin)
+            .arg("-output")
+            .arg(&fat),
+    );
 
     let x86 = Binary::open(thin[0].clone());
     let arm = Binary::open(thin[1].clone());

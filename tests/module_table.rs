@@ -25,36 +25,24 @@ fn cc() -> &'static str {
     }
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("stackmark-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
 /// Builds `src` into the shared library `dir/out` with extra flags.
 fn library(dir: &Path, src: &str, out: &str, flags: &[&str]) -> PathBuf {
     let c = dir.join(format!("{out}.c"));
     std::fs::write(&c, src).unwrap();
     let lib = dir.join(out);
-    let res = Command::new(cc())
-        .args([
-            "-O2",
-            "-fPIC",
-            "-shared",
-            "-fomit-frame-pointer",
-            "-Wa,--gsframe",
-        ])
-        .args(flags)
-        .arg("-o")
-        .arg(&lib)
-        .arg(&c)
-        .output()
-        .unwrap();
-    assert!(
-        res.status.success(),
-        "{}",
-        String::from_utf8_lossy(&res.stderr)
+    common::run(
+        Command::new(cc())
+            .args([
+                "-O2",
+                "-fPIC",
+                "-shared",
+                "-fomit-frame-pointer",
+                "-Wa,--gsframe",
+            ])
+            .args(flags)
+            .arg("-o")
+            .arg(&lib)
+            .arg(&c),
     );
     lib
 }
@@ -94,7 +82,7 @@ fn a_note_segment_that_no_load_segment_maps_is_not_read() {
         assert!(!m.segments().is_empty());
         return;
     }
-    let dir = scratch("stray-note");
+    let dir = common::workdir("stray-note");
     let built = library(
         &dir,
         "int stray_note(int x) { return x + 1; }\n",
@@ -145,7 +133,7 @@ fn a_note_segment_that_no_load_segment_maps_is_not_read() {
 #[test]
 fn a_build_id_longer_than_the_table_keeps_is_not_written_cut_short() {
     stackmark::init().unwrap();
-    let dir = scratch("long-build-id");
+    let dir = common::workdir("long-build-id");
     let src = "__attribute__((noinline)) int long_id(int x) { return x * 3 + 1; }\n";
     let ids = [
         ("libid32.so", "ab".repeat(stackmark::modules::MAX_BUILD_ID)),
@@ -262,7 +250,7 @@ fn a_library_replaced_and_loaded_again_at_the_same_address_gets_its_own_tables()
         ),
     ];
     for (case, [src1, src2], flags, lang) in cases {
-        let dir = scratch(&format!("reload-{case}"));
+        let dir = common::workdir(&format!("reload-{case}"));
         let v1 = library(&dir, &src1, "libv1.so", &[flags, "-x", lang]);
         let v2 = library(&dir, &src2, "libv2.so", &[flags, "-x", lang]);
         let path = dir.join("libplugin.so");

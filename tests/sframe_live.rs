@@ -13,6 +13,7 @@
 //! state) that the CFI gives there. Where the installed binutils reads the
 //! section, `sframe_dump FILE` must also print what `objdump --sframe` does.
 
+mod common;
 mod sframe_support;
 
 use std::collections::BTreeSet;
@@ -154,25 +155,18 @@ fn main() {
 }
 "#;
 
-fn run(cmd: &mut Command) {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 fn build_c(dir: &Path, compiler: &str, extra: &[&str]) -> PathBuf {
     let src = dir.join("prog.c");
     std::fs::write(&src, C_PROGRAM).unwrap();
     let exe = dir.join("prog");
-    run(Command::new(compiler)
-        .args(["-O2", "-fomit-frame-pointer", "-Wa,--gsframe"])
-        .args(extra)
-        .arg("-o")
-        .arg(&exe)
-        .arg(&src));
+    common::run(
+        Command::new(compiler)
+            .args(["-O2", "-fomit-frame-pointer", "-Wa,--gsframe"])
+            .args(extra)
+            .arg("-o")
+            .arg(&exe)
+            .arg(&src),
+    );
     exe
 }
 
@@ -497,16 +491,20 @@ fn an_empty_function_at_the_same_address_does_not_hide_the_one_there() {
     let dir = scratch("gnu-empty-fde");
     let (src, obj, exe) = (dir.join("tie.s"), dir.join("tie.o"), dir.join("tie"));
     std::fs::write(&src, EMPTY_AT_F).unwrap();
-    run(Command::new("as")
-        .arg("--gsframe")
-        .arg(&src)
-        .arg("-o")
-        .arg(&obj));
-    run(Command::new("ld")
-        .args(["--eh-frame-hdr", "-e", "f"])
-        .arg(&obj)
-        .arg("-o")
-        .arg(&exe));
+    common::run(
+        Command::new("as")
+            .arg("--gsframe")
+            .arg(&src)
+            .arg("-o")
+            .arg(&obj),
+    );
+    common::run(
+        Command::new("ld")
+            .args(["--eh-frame-hdr", "-e", "f"])
+            .arg(&obj)
+            .arg("-o")
+            .arg(&exe),
+    );
     let file = std::fs::read(&exe).unwrap();
     let sframe = gnu_sframe(&file);
     let fdes: Vec<(u64, u32)> = sframe
@@ -592,13 +590,15 @@ fn rustc_and_rust_lld_give_concatenated_pcrel_version_2_matching_the_cfi() {
     std::fs::write(&src, RUST_PROGRAM).unwrap();
     let exe = dir.join("prog");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("link/sframe.ld");
-    run(Command::new("rustc")
-        .args(["-O", "-C", "codegen-units=4", "-C", "llvm-args=--gsframe"])
-        .arg("-C")
-        .arg(format!("link-arg=-Wl,-T,{}", script.display()))
-        .arg("-o")
-        .arg(&exe)
-        .arg(&src));
+    common::run(
+        Command::new("rustc")
+            .args(["-O", "-C", "codegen-units=4", "-C", "llvm-args=--gsframe"])
+            .arg("-C")
+            .arg(format!("link-arg=-Wl,-T,{}", script.display()))
+            .arg("-o")
+            .arg(&exe)
+            .arg(&src),
+    );
     let file = std::fs::read(&exe).unwrap();
     let elf = ElfFile::parse(&file).unwrap();
     assert!(

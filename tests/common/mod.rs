@@ -188,21 +188,36 @@ pub fn run_target_binary(
     }
 }
 
+/// Runs `cmd`, which must succeed (its standard error goes in the
+/// failure message).
+pub fn run(cmd: &mut std::process::Command) -> std::process::Output {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e} (scripts/test.sh installs the toolchains)"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// A fresh directory for one test, under the system's temporary directory.
+pub fn workdir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("stackmark-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 /// Runs `scripts/build-id-tree.sh OUT ARGS...`: a `.build-id` tree at `out`
 /// of the binaries in `args` (files, or directories to search).
 pub fn build_id_tree(out: &std::path::Path, args: &[&std::path::Path]) {
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-id-tree.sh");
-    let res = std::process::Command::new("bash")
+    run(std::process::Command::new("bash")
         .arg(script)
         .arg(out)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        res.status.success(),
-        "build-id-tree.sh failed:\n{}",
-        String::from_utf8_lossy(&res.stderr)
-    );
+        .args(args));
 }
 
 /// (stdout, stderr) of `tool --filter-markup` over `input`, with the
