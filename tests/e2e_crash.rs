@@ -249,9 +249,9 @@ fn a_stack_pointer_in_the_gap_the_stack_cannot_grow_into_still_gives_a_whole_rep
 #[test]
 fn a_handler_installed_before_ours_gets_the_faults_own_siginfo() {
     // The previous SIGSEGV handler exits 42 only if it sees SEGV_MAPERR at
-    // the faulting address: the signal is sent again with its siginfo, not
-    // as one sent by a process (code SI_TKILL, the sender in place of the
-    // address).
+    // the faulting address: after the report the fault recurs with its own
+    // siginfo, rather than the signal being sent again as by a process
+    // (code SI_TKILL, the sender in place of the address).
     let out = run_example("crash", &["chain"]);
     let text = String::from_utf8_lossy(&out.stderr);
     assert_eq!(reports(&text).len(), 1, "{text}");
