@@ -6,6 +6,8 @@
 //! thread's stack and mapped code) and on a captured stack in tests
 //! ([`SliceMemory`]).
 
+use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
 /// A source of memory for the walker. Every read names its address range and
 /// fails (returns `false` / `None`) rather than faulting when the range is not
 /// known to be readable.
@@ -45,6 +47,31 @@ pub trait MemoryReader {
         let mut b = [0u8; 4];
         self.read(addr, &mut b).then(|| u32::from_ne_bytes(b))
     }
+
+    /// Whether the native-endian words at `addr..addr + 8 * expected.len()`
+    /// are all readable and equal to `expected`, as loaded now (how a
+    /// remembered walk end checks its window of stack words, held in a
+    /// shared cache). The default reads blocks of eight words; a reader of
+    /// directly readable memory compares in place, without a copy.
+    fn words_are(&self, addr: u64, expected: &[AtomicU64]) -> bool {
+        let mut at = addr;
+        for block in expected.chunks(8) {
+            let mut buf = [0u8; 64];
+            let bytes = &mut buf[..block.len() * 8];
+            if !self.read(at, bytes) {
+                return false;
+            }
+            let same = bytes
+                .chunks_exact(8)
+                .zip(block)
+                .all(|(b, e)| b == e.load(Relaxed).to_ne_bytes());
+            if !same {
+                return false;
+            }
+            at = at.wrapping_add(64);
+        }
+        true
+    }
 }
 
 impl<M: MemoryReader + ?Sized> MemoryReader for &M {
@@ -62,6 +89,9 @@ impl<M: MemoryReader + ?Sized> MemoryReader for &M {
     }
     fn read_u64_pair(&self, addr: u64) -> Option<[u64; 2]> {
         (**self).read_u64_pair(addr)
+    }
+    fn words_are(&self, addr: u64, expected: &[AtomicU64]) -> bool {
+        (**self).words_are(addr, expected)
     }
 }
 

@@ -236,6 +236,54 @@ fn the_live_reader_reads_nothing_below_the_page_of_the_walks_sp() {
 }
 
 #[test]
+fn the_live_reader_compares_words_in_place_only_within_the_stack() {
+    use core::sync::atomic::AtomicU64;
+    use stackmark::memory::{MemoryReader, SliceMemory};
+    // The replay of a remembered walk end checks its window with
+    // `words_are`: every word must match, and a window that reaches past
+    // what the reader may read must fail, not be read.
+    stackmark::os::register_thread().expect("stack bounds");
+    let words: [u64; 13] = core::array::from_fn(|i| 0x5a5a_0000 + i as u64);
+    let words = std::hint::black_box(words);
+    let at = words.as_ptr() as u64;
+    let expected = |w: &[u64]| w.iter().map(|&v| AtomicU64::new(v)).collect::<Vec<_>>();
+    let mem = stackmark::os::LiveMemory::new(at);
+    let same = expected(&words);
+    assert!(mem.words_are(at, &same));
+    assert!(mem.words_are(at, &[]));
+    for i in 0..words.len() {
+        let mut other = words;
+        other[i] ^= 1 << (i % 64);
+        assert!(!mem.words_are(at, &expected(&other)), "word {i} differs");
+    }
+    // Misaligned by four bytes: still compared, as native-endian words.
+    let shifted: Vec<u64> = (0..12)
+        .map(|i| {
+            let lo = words[i] >> 32;
+            lo | words[i + 1] << 32
+        })
+        .collect();
+    assert!(mem.words_are(at + 4, &expected(&shifted)));
+    // Starting below the walk's sp page, or wrapping the address space.
+    let page = at & !4095;
+    assert!(!mem.words_are(page - 8, &expected(&[0, 0])));
+    assert!(!mem.words_are(u64::MAX - 7, &expected(&[0, 0])));
+
+    // The default, through blocks of reads: the same answers.
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    let regions = [(0x7000u64, &bytes[..])];
+    let slices = SliceMemory::new(&regions);
+    assert!(slices.words_are(0x7000, &same));
+    assert!(!slices.words_are(0x7008, &same), "one word past the end");
+    let mut other = words;
+    other[12] += 1;
+    assert!(
+        !slices.words_are(0x7000, &expected(&other)),
+        "the last block"
+    );
+}
+
+#[test]
 fn an_unregistered_stack_grows_only_page_by_page_from_the_walks_sp() {
     use stackmark::memory::MemoryReader;
     // Three pages: readable, unreadable, readable. A thread that never

@@ -3,6 +3,7 @@
 //! probing pages with its checked read.
 
 use core::cell::Cell;
+use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::{read_checked, registered_stack};
 use crate::memory::MemoryReader;
@@ -255,6 +256,28 @@ impl MemoryReader for LiveMemory {
     #[inline(always)]
     fn read_u64_pair(&self, addr: u64) -> Option<[u64; 2]> {
         self.load(addr)
+    }
+
+    /// In place: the window of a remembered walk end is read once, with
+    /// no copy, and every word is compared (no early exit to predict).
+    #[inline]
+    fn words_are(&self, addr: u64, expected: &[AtomicU64]) -> bool {
+        let len = expected.len() as u64 * 8;
+        if expected.is_empty() {
+            return true;
+        }
+        if !self.covers(addr, len) {
+            return false;
+        }
+        let words = addr as *const u64;
+        let mut diff = 0;
+        for (i, e) in expected.iter().enumerate() {
+            // SAFETY: as in `load`: `covers` established that the whole
+            // range lies in this thread's stack.
+            let v = unsafe { core::ptr::read_unaligned(words.wrapping_add(i)) };
+            diff |= v ^ e.load(Relaxed);
+        }
+        diff == 0
     }
 
     /// The known-readable part of each stack: never code.

@@ -162,13 +162,7 @@ fn replay<M: MemoryReader>(
     if nf > END_FRAMES || nw > END_WINDOW || n_fails > END_FAILS || nf > out.len() || nf >= room {
         return Recalled::Stale;
     }
-    let mut buf = [0u8; END_WINDOW * 8];
-    let Some(window) = read_window(mem, w(WINDOW_LO), nw, &mut buf) else {
-        return Recalled::Stale;
-    };
-    let same = window
-        .zip(&e[WINDOW_AT..WINDOW_AT + nw])
-        .all(|(v, w)| v == w.load(Relaxed));
+    let same = mem.words_are(w(WINDOW_LO), &e[WINDOW_AT..WINDOW_AT + nw]);
     let failed = (0..n_fails).all(|i| mem.read_u64(w(FAILS_AT + i)).is_none());
     if !same || !failed {
         return Recalled::Stale;
