@@ -414,10 +414,18 @@ impl Table {
     }
 }
 
+/// The bit that marks `follows_call`'s keys in the rule cache.
+const FOLLOWS_CALL_KEY: u64 = 1 << 63;
+
 impl CodeMap for Table {
     /// Served from the per-pc cache ([`crate::rule_cache`]) when it holds
     /// this pc for this table's generation.
     fn lookup(&self, pc: u64) -> Lookup {
+        // No module holds such a pc, and its key would be one of
+        // `follows_call`'s: not cached.
+        if pc & FOLLOWS_CALL_KEY != 0 {
+            return self.lookup_uncached(pc);
+        }
         if let Some(hit) = crate::rule_cache::get(pc, self.generation) {
             return hit;
         }
@@ -519,9 +527,9 @@ impl CodeMap for Table {
     /// Remembered in the rule cache: stack scanning asks this of the same
     /// words walk after walk, and each answer costs a checked read.
     fn follows_call<A: crate::arch::Arch>(&self, ra: u64) -> bool {
-        // Return addresses are user addresses, below 2^63: the high bit
-        // keeps these keys apart from lookups.
-        let key = ra | 1 << 63;
+        // The high bit keeps these keys apart from lookups, which never
+        // cache a pc that has it (no user address does).
+        let key = ra | FOLLOWS_CALL_KEY;
         if let Some(hit) = crate::rule_cache::get(key, self.generation) {
             return hit == Lookup::NoInfo;
         }
@@ -815,6 +823,33 @@ mod tests {
         let mut m = Module::EMPTY;
         assert!(m.push_segment(segment(PF_R | PF_X)));
         assert!(!m.exec_only);
+    }
+
+    #[test]
+    fn a_wild_pc_never_shares_a_cached_answer_with_a_return_address_check() {
+        use crate::arch::Native;
+        use crate::walk::CodeMap;
+        // Code that ends in a call on either architecture (x86_64's e8 at
+        // ra - 5, AArch64's bl at ra - 4), at two return addresses.
+        let mut code = vec![0u8; 64];
+        for ra_off in [16, 48] {
+            code[ra_off - 8..ra_off].copy_from_slice(&[0, 0, 0, 0xe8, 0, 0, 0, 0x94]);
+        }
+        let base = code.as_ptr() as u64;
+        let mut t = Box::new(Table::EMPTY);
+        t.push(module(b"calls", &[(base, base + 64)], &[]));
+        // Its own generation: the rule cache is shared by every test.
+        t.finish(0x5eed_0063);
+        let (a, b) = (base + 16, base + 48);
+        // A scan asks first, then a walk looks up a pc in no module that
+        // differs from the return address only in bit 63 ...
+        assert!(t.follows_call::<Native>(a));
+        assert_eq!(t.lookup(a | 1 << 63), Lookup::Outside);
+        // ... or the other way round.
+        assert_eq!(t.lookup(b | 1 << 63), Lookup::Outside);
+        assert!(t.follows_call::<Native>(b));
+        assert!(t.follows_call::<Native>(b), "and again, from the cache");
+        assert_eq!(t.lookup(a), Lookup::NoInfo);
     }
 
     /// The README states the table's fixed memory; keep it honest.
