@@ -831,7 +831,7 @@ mod tests {
         use crate::walk::CodeMap;
         // Code that ends in a call on either architecture (x86_64's e8 at
         // ra - 5, AArch64's bl at ra - 4), at two return addresses.
-        let mut code = vec![0u8; 64];
+        let mut code = [0u8; 64];
         for ra_off in [16, 48] {
             code[ra_off - 8..ra_off].copy_from_slice(&[0, 0, 0, 0xe8, 0, 0, 0, 0x94]);
         }
