@@ -64,7 +64,7 @@
 
 mod sink;
 
-pub use sink::{FdSink, Sink, SliceSink, FD_SINK_BUFFER};
+pub use sink::{FdSink, Sink, SliceSink, FD_SINK_BUFFER, FD_SINK_WAIT_MS};
 
 use crate::formats::elf::{PF_R, PF_W, PF_X};
 use crate::walk::Frame;
@@ -280,6 +280,40 @@ impl<'s, S: Sink> Markup<'s, S> {
             for (o, &c) in out.iter_mut().zip(chunk) {
                 *o = match c {
                     b':' | b'{' | b'}' | 0..=0x1f | 0x7f => b'_',
+                    _ => c,
+                };
+            }
+            self.sink.write(&out[..chunk.len()]);
+        }
+        self
+    }
+
+    /// Free text, such as a panic message or a file name, as it is except
+    /// for what a symbolizing filter or a terminal would act on: control
+    /// characters (line breaks too: split lines first) become `_`, and a
+    /// `{` that would make a third in a row, and so open a markup element,
+    /// becomes `(`.
+    ///
+    /// ```
+    /// use stackmark::markup::{Markup, SliceSink};
+    /// let mut buf = [0u8; 64];
+    /// let mut sink = SliceSink::new(&mut buf);
+    /// Markup::new(&mut sink).free_text(b"Err: {x: 1} {{{reset}}}\t\x1b[1m");
+    /// assert_eq!(sink.as_bytes(), b"Err: {x: 1} {{(reset}}}\t_[1m");
+    /// ```
+    pub fn free_text(&mut self, b: &[u8]) -> &mut Self {
+        let mut braces = 0;
+        for chunk in b.chunks(64) {
+            let mut out = [0u8; 64];
+            for (o, &c) in out.iter_mut().zip(chunk) {
+                braces = if c == b'{' { braces + 1 } else { 0 };
+                *o = match c {
+                    b'{' if braces >= 3 => {
+                        braces = 0;
+                        b'('
+                    }
+                    b'\t' => c,
+                    0..=0x1f | 0x7f => b'_',
                     _ => c,
                 };
             }

@@ -71,9 +71,11 @@ pub const FD_SINK_BUFFER: usize = 1024;
 /// the caller's stack) and writes them at the end of each line, or earlier
 /// when the buffer fills, so a line normally leaves in one system call and
 /// lines from several threads writing to one pipe do not mix. Interrupted
-/// (`EINTR`) and partial writes are retried; any other failure stops the
-/// output and is reported by [`FdSink::failed`]. Async-signal-safe; the
-/// buffer is flushed on drop.
+/// (`EINTR`) and partial writes are retried, and a full non-blocking
+/// descriptor (`EAGAIN`) is waited on with `poll(2)`, up to
+/// [`FD_SINK_WAIT_MS`] each time; any other failure stops the output and is
+/// reported by [`FdSink::failed`]. Async-signal-safe; the buffer is flushed
+/// on drop.
 ///
 /// ```
 /// use std::os::fd::AsRawFd;
@@ -117,14 +119,41 @@ fn write_all(fd: i32, mut bytes: &[u8]) -> bool {
         if n > 0 {
             // write(2) never reports more than it was given.
             bytes = bytes.get(n as usize..).unwrap_or_default();
-        } else if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-            continue;
+        } else if n < 0 {
+            match std::io::Error::last_os_error().raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(e) if (e == libc::EAGAIN || e == libc::EWOULDBLOCK) && writable(fd) => {
+                    continue
+                }
+                _ => return false,
+            }
         } else {
             // 0 (nothing accepted) would loop forever; other errors are final.
             return false;
         }
     }
     true
+}
+
+/// How long a write to a non-blocking descriptor that is full (`EAGAIN`)
+/// waits for room before the output is given up.
+pub const FD_SINK_WAIT_MS: i32 = 2000;
+
+/// Waits until `fd` takes more output (its reader caught up), for at most
+/// [`FD_SINK_WAIT_MS`]; `false` if it did not.
+fn writable(fd: i32) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    loop {
+        // SAFETY: one valid pollfd; poll(2) is async-signal-safe.
+        let n = unsafe { libc::poll(&mut p, 1, FD_SINK_WAIT_MS) };
+        if n >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return n > 0 && p.revents & libc::POLLOUT != 0;
+        }
+    }
 }
 
 impl Sink for FdSink {

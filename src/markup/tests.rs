@@ -559,3 +559,70 @@ fn lines_from_several_threads_on_one_pipe_never_mix() {
     }
     assert_eq!(count, 800);
 }
+
+/// A pipe whose write end is non-blocking and already full, as a parent's
+/// log pipe can be when its reader lags: `[read end, write end]`.
+fn full_nonblocking_pipe() -> [i32; 2] {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors; fcntl and write act
+    // on descriptors this test owns.
+    unsafe {
+        assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
+        let flags = libc::fcntl(fds[1], libc::F_GETFL);
+        assert_eq!(
+            libc::fcntl(fds[1], libc::F_SETFL, flags | libc::O_NONBLOCK),
+            0
+        );
+        let fill = [b'.'; 4096];
+        while libc::write(fds[1], fill.as_ptr().cast(), fill.len()) > 0 {}
+    }
+    fds
+}
+
+#[test]
+fn an_fd_sink_waits_for_a_full_nonblocking_pipe_to_drain() {
+    let [rx, tx] = full_nonblocking_pipe();
+    let reader = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let mut all = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            // SAFETY: `buf` is writable for its length.
+            let n = unsafe { libc::read(rx, buf.as_mut_ptr().cast(), buf.len()) };
+            if n <= 0 {
+                break;
+            }
+            all.extend_from_slice(&buf[..n as usize]);
+        }
+        close(rx);
+        all
+    });
+    {
+        let mut sink = FdSink::new(tx);
+        let mut m = Markup::new(&mut sink);
+        for i in 0..2000 {
+            m.text("line ").dec(i).newline();
+        }
+        assert!(!sink.failed(), "EAGAIN gave up the output");
+    }
+    close(tx);
+    let all = String::from_utf8(reader.join().unwrap()).unwrap();
+    let lines: Vec<&str> = all.trim_start_matches('.').lines().collect();
+    let want: Vec<String> = (0..2000).map(|i| format!("line {i}")).collect();
+    assert_eq!(lines, want);
+}
+
+#[test]
+fn an_fd_sink_gives_up_on_a_full_pipe_nobody_drains() {
+    // The reader is alive but never reads: the sink waits its time once,
+    // then drops the rest rather than hang the report.
+    let [rx, tx] = full_nonblocking_pipe();
+    let mut sink = FdSink::new(tx);
+    let mut m = Markup::new(&mut sink);
+    for i in 0..100 {
+        m.text("line ").dec(i).newline();
+    }
+    assert!(sink.failed());
+    close(rx);
+    close(tx);
+}
