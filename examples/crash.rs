@@ -8,7 +8,8 @@
 //! `cargo run --example crash [MODE]` where MODE is one of `segv` (the
 //! default), `bus`, `ill`, `fpe`, `abrt`, `trap`, `overflow` (main thread),
 //! `thread-overflow`, `threads` (8 threads crash at once), `nested` (the
-//! handler itself faults).
+//! handler itself faults), `sigpipe-segv` (`segv` with `SIGPIPE` at its
+//! default action, for a report into a pipe nobody reads).
 
 #[cfg(target_os = "linux")]
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -119,6 +120,12 @@ extern "C" fn previous_segv(_: i32, info: *mut libc::siginfo_t, _: *mut libc::c_
 #[allow(clippy::zero_ptr)]
 fn main() {
     let mode = std::env::args().nth(1).unwrap_or_else(|| "segv".into());
+    if mode == "sigpipe-segv" {
+        // As in a C program: a write to a pipe nobody reads kills the
+        // process with SIGPIPE. The report's writes must not.
+        // SAFETY: restores the default action of one signal.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     if mode == "chain" {
         // SAFETY: installs a plain handler; the sigaction is zeroed first.
         unsafe {
@@ -130,7 +137,7 @@ fn main() {
     }
     stackmark::install_crash_handler().expect("install the crash handler");
     match mode.as_str() {
-        "segv" => {
+        "segv" | "sigpipe-segv" => {
             black_box(rust_entry(7));
         }
         "bus" => {

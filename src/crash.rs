@@ -12,7 +12,7 @@ use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering::SeqCst};
 
 use crate::markup::{FdSink, Markup, Scope};
-use crate::walk::{Frame, WalkOptions};
+use crate::walk::Frame;
 
 /// The signals the crash handler reports.
 pub const CRASH_SIGNALS: [c_int; 6] = [
@@ -63,10 +63,55 @@ static FD: AtomicI32 = AtomicI32::new(2);
 /// Test hook: make the report itself fault.
 static FAULT_IN_REPORT: AtomicBool = AtomicBool::new(false);
 
-/// The thread id writing a crash report right now, or 0. Lets a test
-/// allocator prove that reports never allocate.
+/// The thread id writing a crash or panic report right now, or 0. Lets a
+/// test allocator prove that reports never allocate.
 pub fn reporting_thread() -> i32 {
     OWNER.load(SeqCst)
+}
+
+/// How long a panic report waits for another thread's report to end before
+/// it is written anyway: mixed lines are better than none.
+const PANIC_WAIT_MS: u32 = 5000;
+
+/// A panic report's turn: crash and panic reports are written one at a time,
+/// or the lines of two reports (each with its own `reset` and module ids)
+/// would mix and neither would symbolize. Released on drop.
+pub(crate) struct ReportTurn(bool);
+
+impl ReportTurn {
+    /// Waits for the turn, for at most [`PANIC_WAIT_MS`]. A thread that
+    /// holds it already (a panic inside its own report) goes on.
+    pub(crate) fn take() -> ReportTurn {
+        let tid = gettid();
+        for _ in 0..PANIC_WAIT_MS {
+            match OWNER.compare_exchange(0, tid, SeqCst, SeqCst) {
+                Ok(_) => return ReportTurn(true),
+                Err(owner) if owner == tid => break,
+                Err(_) => sleep_ms(1),
+            }
+        }
+        ReportTurn(false)
+    }
+}
+
+impl Drop for ReportTurn {
+    fn drop(&mut self) {
+        if self.0 {
+            OWNER.store(0, SeqCst);
+        }
+    }
+}
+
+/// The last line of a report. `more` says the walk was cut at the
+/// report's frame limit.
+pub(crate) fn write_trailer<S: crate::markup::Sink>(m: &mut Markup<'_, S>, n: usize, more: bool) {
+    m.text("stackmark: end of report (")
+        .dec(n as u64)
+        .text(" frames");
+    if more {
+        m.text("; the stack goes on: more frames not shown");
+    }
+    m.text(")").newline();
 }
 
 /// Makes the next crash report fault half-way, to test that a crash inside
@@ -505,7 +550,7 @@ pub(crate) fn write_thread<S: crate::markup::Sink>(m: &mut Markup<'_, S>) {
     };
     let len = name.iter().position(|&b| b == 0).unwrap_or(16);
     m.text("thread ").dec(gettid() as u64).text(" \"");
-    m.sanitized(&name[..len]).text("\"");
+    m.free_text(&name[..len]).text("\"");
 }
 
 /// The whole report: header, registers, markup backtrace, trailer. Runs in
@@ -520,6 +565,8 @@ unsafe fn report(
     uc: *mut c_void,
     frames: &mut [Frame],
 ) {
+    // Dropped last, after the sink's final write.
+    let _quiet = crate::os::QuietSigpipe::new();
     let mut sink = FdSink::new(fd);
     let mut m = Markup::new(&mut sink);
     // SAFETY: `info` is the kernel's siginfo_t.
@@ -557,26 +604,19 @@ unsafe fn report(
         // SAFETY: none: the fault is the point (see `corrupt_for_test`).
         unsafe { core::ptr::null_mut::<u64>().write_volatile(1) };
     }
-    let n = match crate::modules::current() {
+    let (n, more) = match crate::modules::current() {
         Some(table) => {
             // SAFETY: `uc` is the kernel's ucontext_t.
             let regs = unsafe { crate::os::regs_from_ucontext(uc) };
-            let opts = WalkOptions {
-                max_depth: frames.len(),
-                ..WalkOptions::default()
-            };
-            let n = crate::walk_from(regs, true, opts, frames);
+            let (n, more) = crate::live::walk_for_report(regs, true, frames);
             m.backtrace(table.modules(), &frames[..n], Scope::TraceModules);
-            n
+            (n, more)
         }
         None => {
             m.text("stackmark: no module table (stackmark::init was not called)")
                 .newline();
-            0
+            (0, false)
         }
     };
-    m.text("stackmark: end of report (")
-        .dec(n as u64)
-        .text(" frames)")
-        .newline();
+    write_trailer(&mut m, n, more);
 }

@@ -88,6 +88,20 @@ pub fn walk_from(regs: Regs, precise: bool, opts: WalkOptions, out: &mut [Frame]
     LiveWalker::new(regs, precise, mem, table, opts).fill(out)
 }
 
+/// Walks from `regs` into `out` for a report, and says whether the stack
+/// goes on beyond it (frames the report leaves out).
+pub(crate) fn walk_for_report(regs: Regs, precise: bool, out: &mut [Frame]) -> (usize, bool) {
+    let opts = WalkOptions {
+        max_depth: out.len().saturating_add(1),
+        ..WalkOptions::default()
+    };
+    let Some(mut w) = walker(regs, precise, opts) else {
+        return (0, false);
+    };
+    let n = w.fill(out);
+    (n, n == out.len() && w.next().is_some())
+}
+
 /// Walks the calling thread's stack from the caller of this function into
 /// `out`; returns the number of frames written. Frame 0 is the function
 /// that calls `walk_here`, at the call instruction (precise, `:pc`).

@@ -58,22 +58,28 @@ pub fn install_panic_hook_with(opts: PanicHookOptions) {
     }));
 }
 
-/// Writes one panic report. Allocates nothing itself.
+/// Writes one panic report. Allocates nothing itself once it has its turn.
 #[inline(never)]
 fn report(info: &PanicHookInfo<'_>, opts: &PanicHookOptions) {
+    // Before the turn: a thread's handle may be made (allocated) on first use.
+    let thread = std::thread::current();
+    let _turn = crate::crash::ReportTurn::take();
+    // Dropped last, after the sink's final write.
+    let _quiet = crate::os::QuietSigpipe::new();
     let mut frames = [Frame::default(); MAX_PANIC_FRAMES];
-    let n = crate::walk_here(&mut frames);
+    let (regs, precise) = crate::capture_here();
+    let (n, more) = crate::live::walk_for_report(regs, precise, &mut frames);
     let mut sink = FdSink::new(opts.fd);
     let mut m = Markup::new(&mut sink);
     m.text("stackmark: panic in ");
     crate::crash::write_thread(&mut m);
-    if let Some(name) = std::thread::current().name() {
-        m.text(" (").sanitized(name.as_bytes()).text(")");
+    if let Some(name) = thread.name() {
+        m.text(" (").free_text(name.as_bytes()).text(")");
     }
     m.newline();
     if let Some(loc) = info.location() {
         m.text("stackmark: at ")
-            .bytes(loc.file().as_bytes())
+            .free_text(loc.file().as_bytes())
             .text(":");
         m.dec(u64::from(loc.line()))
             .text(":")
@@ -85,17 +91,22 @@ fn report(info: &PanicHookInfo<'_>, opts: &PanicHookOptions) {
         .downcast_ref::<&str>()
         .copied()
         .or_else(|| info.payload().downcast_ref::<String>().map(|s| s.as_str()));
-    m.text("stackmark: message: ");
+    // Plain text, as the payload says; each of its lines is marked as
+    // the report's.
     match message {
-        Some(msg) => m.sanitized(msg.as_bytes()),
-        None => m.text("(not a string)"),
-    };
-    m.newline();
+        Some(msg) => {
+            for line in msg.split('\n') {
+                m.text("stackmark: message: ")
+                    .free_text(line.as_bytes())
+                    .newline();
+            }
+        }
+        None => {
+            m.text("stackmark: message: (not a string)").newline();
+        }
+    }
     if let Some(table) = crate::modules::current() {
         m.backtrace(table.modules(), &frames[..n], opts.scope);
     }
-    m.text("stackmark: end of report (")
-        .dec(n as u64)
-        .text(" frames)")
-        .newline();
+    crate::crash::write_trailer(&mut m, n, more);
 }

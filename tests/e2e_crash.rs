@@ -148,7 +148,7 @@ fn crash_report_symbolizes_to_the_call_chain_and_faulting_line() {
 
 #[test]
 fn panic_report_symbolizes_to_the_panicking_function_and_main() {
-    let out = run_example("panic", &[]);
+    let out = run_example("panic", &["main"]);
     let text = String::from_utf8_lossy(&out.stderr);
     // A panic escaping an extern "C" function aborts the process.
     assert_eq!(out.status.signal(), Some(libc::SIGABRT), "{text}");
@@ -180,10 +180,15 @@ fn panic_report_symbolizes_to_the_panicking_function_and_main() {
 /// One whole report: from its header line to its trailer, with nothing of
 /// another report in between.
 fn reports(text: &str) -> Vec<Vec<&str>> {
+    reports_from(text, "stackmark: fatal signal")
+}
+
+/// [`reports`] whose header line starts with `header`.
+fn reports_from<'t>(text: &'t str, header: &str) -> Vec<Vec<&'t str>> {
     let mut out: Vec<Vec<&str>> = Vec::new();
     let mut open = false;
     for l in text.lines() {
-        if l.starts_with("stackmark: fatal signal") {
+        if l.starts_with(header) {
             assert!(!open, "a report started inside another:\n{text}");
             open = true;
             out.push(vec![l]);
@@ -281,10 +286,124 @@ fn stack_overflows_are_reported_on_the_main_thread_and_on_a_spawned_one() {
         assert!(text.contains("has overflowed its stack"), "{mode}: {text}");
         let r = reports(&text);
         assert_eq!(r.len(), 1, "{mode}: {text}");
-        // The recursion fills the report up to its depth limit.
+        // The recursion fills the report up to its frame limit, and the
+        // report says it goes on.
         let frames = r[0].iter().filter(|l| l.starts_with("{{{bt:")).count();
-        assert!(frames > 100, "{mode}: {frames} frames\n{text}");
+        assert_eq!(frames, stackmark::crash::MAX_CRASH_FRAMES, "{mode}: {text}");
+        assert_eq!(
+            r[0].last().unwrap(),
+            &format!(
+                "stackmark: end of report ({frames} frames; the stack goes on: more frames not shown)"
+            ),
+            "{mode}"
+        );
     }
+}
+
+#[test]
+fn a_report_that_shows_every_frame_says_nothing_more() {
+    let out = run_example("crash", &["segv"]);
+    let text = String::from_utf8_lossy(&out.stderr);
+    let r = reports(&text);
+    let frames = r[0].iter().filter(|l| l.starts_with("{{{bt:")).count();
+    assert_eq!(
+        r[0].last().unwrap(),
+        &format!("stackmark: end of report ({frames} frames)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_panic_past_the_frame_limit_says_the_stack_goes_on() {
+    let out = run_example("panic", &["deep"]);
+    let text = String::from_utf8_lossy(&out.stderr);
+    let r = reports_from(&text, "stackmark: panic in");
+    assert_eq!(r.len(), 1, "{text}");
+    let frames = r[0].iter().filter(|l| l.starts_with("{{{bt:")).count();
+    assert_eq!(frames, stackmark::panic_hook::MAX_PANIC_FRAMES, "{text}");
+    assert!(
+        r[0].last()
+            .unwrap()
+            .ends_with("frames; the stack goes on: more frames not shown)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn threads_panicking_at_once_give_whole_reports_that_symbolize() {
+    let out = run_example("panic", &["threads"]);
+    let text = String::from_utf8_lossy(&out.stderr);
+    // The process goes on after its threads' panics.
+    assert!(out.status.success(), "{:?}: {text}", out.status);
+    let r = reports_from(&text, "stackmark: panic in");
+    assert_eq!(r.len(), 4, "{text}");
+    for report in &r {
+        assert_eq!(report.iter().filter(|l| **l == "{{{reset}}}").count(), 1);
+        // The message is plain text: its `:`, braces and lines as they
+        // were, but no `{{{` that would open a markup element.
+        let i = report[0]
+            .split("(worker:")
+            .nth(1)
+            .expect("the thread's name");
+        let i = &i[..1];
+        assert!(
+            report.contains(&&*format!(
+                "stackmark: message: worker {i} failed: Err(ParseIntError {{ kind: InvalidDigit }})"
+            )),
+            "{report:#?}"
+        );
+        assert!(
+            report.contains(&"stackmark: message: second line {{(reset}}}"),
+            "{report:#?}"
+        );
+    }
+    let tree = tree_for("panic", &out.stderr);
+    for tool in ["llvm-symbolizer-16", "llvm-symbolizer-19"] {
+        let (sym, errors) = common::symbolize(tool, &tree, &out.stderr);
+        assert!(errors.trim().is_empty(), "{tool}: {errors}");
+        let names: Vec<String> = frame_functions(&sym).into_iter().map(|(f, _)| f).collect();
+        assert_eq!(
+            names
+                .iter()
+                .filter(|n| n.starts_with("stackmark::panic_hook::report"))
+                .count(),
+            4,
+            "{tool}: {names:?}\n{sym}"
+        );
+    }
+}
+
+/// Runs an example with its standard error a pipe whose read end is
+/// closed, as in `prog 2>&1 | head` after `head` has gone.
+fn run_into_a_closed_pipe(name: &str, args: &[&str]) -> std::process::ExitStatus {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe(2) returns.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: both descriptors are fresh and owned here alone.
+    let (rx, tx) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(rx);
+    let bin = common::examples_dir().join(name);
+    let mut cmd = if cfg!(target_arch = "aarch64") {
+        let mut c = std::process::Command::new("qemu-aarch64");
+        c.args(["-L", "/usr/aarch64-linux-gnu"]).arg(&bin);
+        c
+    } else {
+        std::process::Command::new(&bin)
+    };
+    cmd.args(args).stderr(tx).status().unwrap()
+}
+
+#[test]
+fn a_report_into_a_pipe_nobody_reads_leaves_the_process_to_die_as_it_would_have() {
+    // With SIGPIPE at its default action, the report's first write would
+    // kill the process with SIGPIPE once the handler returned: no core
+    // dump, the wrong status, and no earlier handler run.
+    let status = run_into_a_closed_pipe("crash", &["sigpipe-segv"]);
+    assert_eq!(status.signal(), Some(libc::SIGSEGV), "{status:?}");
+    // A thread's panic report: the process goes on and ends well.
+    let status = run_into_a_closed_pipe("panic", &["sigpipe"]);
+    assert!(status.success(), "{status:?}");
 }
 
 #[test]

@@ -44,6 +44,80 @@ pub(crate) fn may_be_mapped(addr: u64, len: usize) -> bool {
             .is_some_and(|end| end <= BEYOND_USER)
 }
 
+/// Keeps a report's writes to a pipe nobody reads any more from ending the
+/// process with `SIGPIPE` (where that signal has its default action, as in
+/// a C program): the signal is blocked while the guard lives, and one the
+/// report raised is taken back before the old mask returns. In a crash
+/// handler, the fault then still ends the process as it would have.
+/// Async-signal-safe.
+#[cfg(any(target_os = "linux", target_os = "macos"))]
+pub(crate) struct QuietSigpipe {
+    old: libc::sigset_t,
+    was_pending: bool,
+}
+
+#[cfg(any(target_os = "linux", target_os = "macos"))]
+impl QuietSigpipe {
+    /// Blocks `SIGPIPE` for the calling thread.
+    pub(crate) fn new() -> Self {
+        // SAFETY: signal-set calls on local sets; pthread_sigmask and
+        // sigpending only change or report the calling thread's signals.
+        unsafe {
+            let mut set: libc::sigset_t = core::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGPIPE);
+            let mut old: libc::sigset_t = core::mem::zeroed();
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+            QuietSigpipe {
+                old,
+                was_pending: sigpipe_pending(),
+            }
+        }
+    }
+}
+
+/// Whether a `SIGPIPE` waits for this thread (or the process).
+#[cfg(any(target_os = "linux", target_os = "macos"))]
+fn sigpipe_pending() -> bool {
+    // SAFETY: sigpending fills a local set.
+    unsafe {
+        let mut pending: libc::sigset_t = core::mem::zeroed();
+        libc::sigpending(&mut pending) == 0 && libc::sigismember(&pending, libc::SIGPIPE) == 1
+    }
+}
+
+#[cfg(any(target_os = "linux", target_os = "macos"))]
+impl Drop for QuietSigpipe {
+    fn drop(&mut self) {
+        if !self.was_pending && sigpipe_pending() {
+            // SAFETY: takes the pending SIGPIPE, which is blocked, off the
+            // queue without waiting; then restores the caller's mask.
+            unsafe {
+                let mut set: libc::sigset_t = core::mem::zeroed();
+                libc::sigemptyset(&mut set);
+                libc::sigaddset(&mut set, libc::SIGPIPE);
+                #[cfg(target_os = "linux")]
+                {
+                    let now = libc::timespec {
+                        tv_sec: 0,
+                        tv_nsec: 0,
+                    };
+                    libc::sigtimedwait(&set, core::ptr::null_mut(), &now);
+                }
+                // No sigtimedwait here; the signal is pending, so sigwait
+                // returns at once.
+                #[cfg(target_os = "macos")]
+                {
+                    let mut sig = 0;
+                    libc::sigwait(&set, &mut sig);
+                }
+            }
+        }
+        // SAFETY: restores the mask saved in `new`.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, core::ptr::null_mut()) };
+    }
+}
+
 /// The names of AArch64 `x0`..`x30` as crash reports print them.
 #[cfg(all(any(target_os = "linux", target_os = "macos"), target_arch = "aarch64"))]
 const A64_X_NAMES: [&str; 31] = [
