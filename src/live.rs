@@ -99,7 +99,9 @@ pub(crate) fn walk_for_report(regs: Regs, precise: bool, out: &mut [Frame]) -> (
         return (0, false);
     };
     let n = w.fill(out);
-    (n, n == out.len() && w.next().is_some())
+    // Through `fill` again, not `next`: a second caller of the general
+    // step would take it out of line in every walk.
+    (n, n == out.len() && w.fill(&mut [Frame::default()]) == 1)
 }
 
 /// Walks the calling thread's stack from the caller of this function into

@@ -284,6 +284,166 @@ fn the_live_reader_compares_words_in_place_only_within_the_stack() {
 }
 
 #[test]
+fn a_walk_that_starts_off_the_registered_stack_reads_none_of_it_until_it_crosses_onto_it() {
+    use stackmark::memory::MemoryReader;
+    // A walk from an alternate signal stack or a fiber: registered bounds
+    // may hold pages that are not mapped (the main thread's room to grow,
+    // down to the heap with an unlimited rlimit; a guard page a program
+    // made inside a stack it gave a thread), so a wild frame pointer into
+    // them must not be read directly. Crossing a signal frame onto the
+    // stack opens it from the interrupted sp up.
+    std::thread::spawn(|| {
+        let (lo, hi) = stackmark::os::register_thread().expect("stack bounds");
+        let local = 0x5eedu64;
+        let here = black_box(&local) as *const u64 as u64;
+        let other = vec![0u64; 1024];
+        let elsewhere = other.as_ptr() as u64 + 4096;
+        let mem = stackmark::os::LiveMemory::new(elsewhere);
+        assert_eq!(mem.read_u64(here), None, "read before crossing");
+        assert_eq!(mem.read_u64(lo), None);
+        mem.enter_stack(here);
+        assert_eq!(mem.read_u64(here), Some(0x5eed));
+        assert!(mem.read_u64(hi - 8).is_some());
+        assert_eq!(
+            mem.read_u64((here & !4095) - 8),
+            None,
+            "below the sp's page"
+        );
+        // Its own stack (here a heap block) it learns page by page.
+        assert_eq!(mem.read_u64(elsewhere + 8), Some(0));
+    })
+    .join()
+    .unwrap();
+}
+
+#[test]
+fn a_wild_sp_at_the_top_of_the_address_space_ends_the_walk_quietly() {
+    use stackmark::memory::MemoryReader;
+    // The page probes of an unknown stack used to overflow their address
+    // arithmetic there: a panic (with overflow checks) inside a signal
+    // handler's walk.
+    stackmark::init().unwrap();
+    for sp in [!4095, u64::MAX - 8, !4095 - 63 * 4096] {
+        let mem = stackmark::os::LiveMemory::new(sp);
+        assert_eq!(mem.read_u64(sp), None);
+        assert_eq!(mem.read_u64(u64::MAX - 7), None);
+        let mut regs = stackmark::capture();
+        let pc = regs_pc(&regs);
+        set(&mut regs, pc, sp, 0);
+        let mut out = [Frame::default(); 16];
+        let n = stackmark::walk_from(regs, true, WalkOptions::default(), &mut out);
+        assert!(n >= 1, "{sp:#x}");
+    }
+}
+
+#[test]
+fn a_guard_page_inside_a_stack_given_to_a_thread_is_not_registered() {
+    // pthread_attr_setstack on a mapping whose first page the program
+    // protected itself: an sp there (an overflow) used to be read
+    // directly, and the walk faulted.
+    const SIZE: usize = 256 * 1024;
+    // SAFETY: a fresh anonymous mapping, its first page made unreadable;
+    // unmapped below once the thread has ended.
+    let base = unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            SIZE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        );
+        assert_ne!(p, libc::MAP_FAILED);
+        assert_eq!(libc::mprotect(p, 4096, libc::PROT_NONE), 0);
+        p
+    };
+    use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+    // What the thread saw: its registered bottom, and the frames walked.
+    static LO: AtomicU64 = AtomicU64::new(0);
+    static FRAMES: AtomicU64 = AtomicU64::new(0);
+    extern "C" fn body(guard: *mut libc::c_void) -> *mut libc::c_void {
+        let guard = guard as u64;
+        let lo = stackmark::os::register_thread().map_or(0, |b| b.0);
+        LO.store(lo, SeqCst);
+        let mut regs = stackmark::capture();
+        let pc = regs_pc(&regs);
+        set(&mut regs, pc, guard + 0x800, 0);
+        let mut out = [Frame::default(); 16];
+        let n = stackmark::walk_from(regs, true, WalkOptions::default(), &mut out);
+        FRAMES.store(n as u64, SeqCst);
+        std::ptr::null_mut()
+    }
+    stackmark::init().unwrap();
+    // SAFETY: the attribute and thread calls get valid pointers; the
+    // thread runs on the mapping above, which outlives it.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        libc::pthread_attr_init(&mut attr);
+        assert_eq!(libc::pthread_attr_setstack(&mut attr, base, SIZE), 0);
+        let mut t: libc::pthread_t = 0;
+        assert_eq!(libc::pthread_create(&mut t, &attr, body, base), 0);
+        let mut ret = std::ptr::null_mut();
+        assert_eq!(libc::pthread_join(t, &mut ret), 0);
+        libc::pthread_attr_destroy(&mut attr);
+        libc::munmap(base, SIZE);
+    }
+    assert_eq!(
+        LO.load(SeqCst),
+        base as u64 + 4096,
+        "the guard page is left out"
+    );
+    // The walk ended, with the interrupted frame at least.
+    assert!(FRAMES.load(SeqCst) >= 1);
+}
+
+#[cfg(target_arch = "x86_64")]
+fn regs_pc(r: &stackmark::Regs) -> u64 {
+    r.rip
+}
+#[cfg(target_arch = "aarch64")]
+fn regs_pc(r: &stackmark::Regs) -> u64 {
+    r.pc
+}
+
+#[test]
+fn a_walk_whose_reads_fail_leaves_errno_as_it_was() {
+    // Walks run in signal handlers; a checked read that fails (EFAULT)
+    // must not leave its errno to the interrupted code. An unregistered
+    // thread whose frame pointer points at the top of its stack: the walk
+    // probes the page above, which fails.
+    stackmark::init().unwrap();
+    std::thread::spawn(|| {
+        assert_eq!(stackmark::os::registered_stack(), None);
+        let top = {
+            let local = 0u64;
+            let mut at = black_box(&local) as *const u64 as u64 & !4095;
+            let mut b = [0u8; 1];
+            while stackmark::os::read_checked(at + 4096, &mut b) {
+                at += 4096;
+            }
+            at + 4096
+        };
+        let mut regs = stackmark::capture();
+        let pc = regs_pc(&regs);
+        set(&mut regs, pc, top - 4096, top - 8);
+        // SAFETY: this thread's errno.
+        unsafe { *libc::__errno_location() = 1234 };
+        let before = stackmark::os::checked_reads();
+        let mut out = [Frame::default(); 16];
+        stackmark::walk_from(regs, true, WalkOptions::default(), &mut out);
+        // SAFETY: as above.
+        let errno = unsafe { *libc::__errno_location() };
+        assert!(
+            stackmark::os::checked_reads() > before,
+            "no checked read made"
+        );
+        assert_eq!(errno, 1234);
+    })
+    .join()
+    .unwrap();
+}
+
+#[test]
 fn an_unregistered_stack_grows_only_page_by_page_from_the_walks_sp() {
     use stackmark::memory::MemoryReader;
     // Three pages: readable, unreadable, readable. A thread that never

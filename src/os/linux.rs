@@ -78,7 +78,14 @@ pub fn read_checked(addr: u64, buf: &mut [u8]) -> bool {
         return false;
     }
     CHECKED_READS.fetch_add(1, Relaxed);
-    read_learning(&VM_READ, addr, buf)
+    // A walk may run in a signal handler: a failed read must not leave
+    // its errno to the interrupted code.
+    // SAFETY: the calling thread's errno, a plain thread-local int.
+    let errno = unsafe { *libc::__errno_location() };
+    let ok = read_learning(&VM_READ, addr, buf);
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+    ok
 }
 
 /// [`read_checked`]'s copy, with `how` the state of what it has learnt
@@ -166,7 +173,7 @@ pub fn register_thread() -> Option<(u64, u64)> {
     let bounds = if is_main_thread() {
         main_thread_bounds(bounds, &bounds as *const _ as u64)
     } else {
-        bounds
+        (past_guard(bounds.0, bounds.1, read_checked), bounds.1)
     };
     static AT_FORK: AtomicBool = AtomicBool::new(false);
     if !AT_FORK.swap(true, Relaxed) {
@@ -191,6 +198,33 @@ fn is_main_thread() -> bool {
 /// default `stack_guard_gap`.
 const STACK_GUARD_PAGES: u64 = 256;
 
+/// How many unreadable pages at the bottom of a thread's stack
+/// registration looks past.
+const BOTTOM_GUARD_PAGES: u64 = 64;
+
+/// The start of a thread's stack `lo..hi` raised past unreadable pages at
+/// its bottom: glibc leaves its own guard page out of the bounds, but a
+/// stack the program gave the thread (`pthread_attr_setstack`) may hold a
+/// guard page it made itself, which a walk from an sp inside it would
+/// otherwise read directly. `readable` is the checked read. Where no page of
+/// the first [`BOTTOM_GUARD_PAGES`] reads, nothing is registered (`hi`).
+fn past_guard(lo: u64, hi: u64, readable: impl Fn(u64, &mut [u8]) -> bool) -> u64 {
+    let mut page = lo;
+    for _ in 0..BOTTOM_GUARD_PAGES {
+        if page >= hi || readable(page, &mut [0u8; 1]) {
+            return page.min(hi);
+        }
+        page += PAGE;
+    }
+    hi
+}
+
+/// The most of the main thread's stack below its top that is registered:
+/// with an unlimited stack rlimit glibc's bounds reach down to the heap,
+/// and a read far below the stack in use would fault (or grow the stack by
+/// that much). A walk from deeper still probes its way.
+const MAIN_STACK_REACH: u64 = 1 << 30;
+
 /// The main thread's bounds `(lo, hi)` as glibc gives them, made safe to
 /// read directly; `here` is an address on the stack now. glibc's `lo`
 /// follows the stack rlimit, capped at the end of the mapping below: the
@@ -202,7 +236,10 @@ fn main_thread_bounds((lo, hi): (u64, u64), here: u64) -> (u64, u64) {
     // SAFETY: sysconf has no preconditions.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
     let in_use = here & !(page - 1);
-    (lo.saturating_add(STACK_GUARD_PAGES * page).min(in_use), hi)
+    let lo = lo
+        .saturating_add(STACK_GUARD_PAGES * page)
+        .max(hi.saturating_sub(MAIN_STACK_REACH));
+    (lo.min(in_use), hi)
 }
 
 /// This thread's recorded stack bounds, if [`register_thread`] ran on it.
@@ -824,6 +861,48 @@ mod tests {
     use super::{record_deps, Deps};
     use crate::formats::elf::PF_R;
     use crate::modules::{Module, Segment};
+
+    #[test]
+    fn registration_looks_past_unreadable_pages_at_a_stacks_bottom() {
+        const P: u64 = super::PAGE;
+        let lo = 0x7000_0000_0000;
+        // Pages 0 and 1 unreadable (a guard the program made itself).
+        let guarded = |at: u64, _: &mut [u8]| at >= lo + 2 * P;
+        assert_eq!(super::past_guard(lo, lo + 16 * P, guarded), lo + 2 * P);
+        // glibc's own stacks start readable: one probe, nothing moves.
+        assert_eq!(super::past_guard(lo, lo + 16 * P, |_, _| true), lo);
+        // Nothing readable near the bottom: nothing registered.
+        assert_eq!(
+            super::past_guard(lo, lo + 16 * P, |_, _| false),
+            lo + 16 * P
+        );
+        assert_eq!(
+            super::past_guard(lo, lo + 512 * P, |_, _| false),
+            lo + 512 * P
+        );
+        // The real thing, on a page this process cannot read.
+        let page = stackmark_fixtures::UnreadablePage::new();
+        let a = page.addr();
+        assert_eq!(super::past_guard(a, a + P, super::read_checked), a + P);
+    }
+
+    #[test]
+    fn the_main_threads_bounds_leave_out_the_guard_gap_and_stay_within_reach() {
+        let hi = 0x7ffd_5776_9000u64;
+        let here = hi - 0x3000;
+        // An 8 MiB rlimit: glibc's lo moves up by the kernel's guard gap.
+        let lo = hi - (8 << 20);
+        assert_eq!(
+            super::main_thread_bounds((lo, hi), here),
+            (lo + (1 << 20), hi)
+        );
+        // Unlimited: glibc's lo is the heap's end, terabytes below.
+        let heap_end = 0x55cd_ba66_9000;
+        let (lo, _) = super::main_thread_bounds((heap_end, hi), here);
+        assert_eq!(lo, hi - super::MAIN_STACK_REACH);
+        // Never above the stack in use.
+        assert_eq!(super::main_thread_bounds((hi - 0x4000, hi), here).0, here);
+    }
 
     #[test]
     fn a_failed_checked_read_learns_once_whether_the_call_works() {

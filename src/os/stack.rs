@@ -38,14 +38,31 @@ pub fn current_altstack() -> Option<(u64, u64)> {
 }
 
 /// Where a known stack `lo..hi` is read from by a walk at `sp`: `sp`'s page
-/// if `sp` lies in it, else all of it (an sp outside, such as one in a
-/// guard page after an overflow, says nothing of the stack).
+/// if `sp` lies in it, else where it was.
 #[inline(always)]
 fn below_sp(lo: u64, hi: u64, sp: u64) -> u64 {
     if sp >= lo && sp < hi {
         lo.max(sp & !(PAGE - 1))
     } else {
         lo
+    }
+}
+
+/// Where the registered stack `lo..hi` is read from by a walk whose first
+/// sp is `sp`: `sp`'s page if `sp` lies in it, else nowhere (`hi`, an empty
+/// range) until the walk crosses a signal frame onto it. Only from a stack
+/// pointer up is a stack surely mapped: registered bounds may hold pages
+/// that are not (a guard page a program made itself inside a stack it gave
+/// a thread; the main thread's room to grow, which with an unlimited stack
+/// rlimit reaches down to the heap). A walk starting elsewhere (an
+/// alternate signal stack, a fiber, a guard page after an overflow) learns
+/// its own stack by probing pages instead.
+#[inline(always)]
+fn registered_from(lo: u64, hi: u64, sp: u64) -> u64 {
+    if sp >= lo && sp < hi {
+        lo.max(sp & !(PAGE - 1))
+    } else {
+        hi
     }
 }
 
@@ -82,13 +99,9 @@ impl LiveMemory {
     #[inline(always)]
     pub fn new(sp: u64) -> Self {
         let (first, count) = match registered_stack() {
-            // A walk reads nothing below its first sp, and only from there
-            // up is the stack surely mapped: the main thread's registered
-            // bounds follow the stack rlimit, not the mapping (with an
-            // unlimited rlimit they reach down to the heap).
             Some((lo, hi)) => (
                 Region {
-                    lo: below_sp(lo, hi, sp),
+                    lo: registered_from(lo, hi, sp),
                     hi,
                     limit: hi,
                 },
@@ -182,7 +195,7 @@ impl LiveMemory {
                 let mut skipped = 0;
                 while !probe(r.lo) {
                     skipped += 1;
-                    if skipped > GUARD_PAGES || r.lo + PAGE >= r.limit {
+                    if skipped > GUARD_PAGES || r.lo.saturating_add(PAGE) >= r.limit {
                         r.limit = r.lo;
                         cell.set(r);
                         return false;
@@ -198,12 +211,12 @@ impl LiveMemory {
             // Probe whole pages until the range is covered; the first
             // unreadable one ends the stack.
             while end > r.hi {
-                if !probe(r.hi) {
+                let Some(next) = r.hi.checked_add(PAGE).filter(|_| probe(r.hi)) else {
                     r.limit = r.hi;
                     cell.set(r);
                     return false;
-                }
-                r.hi += PAGE;
+                };
+                r.hi = next;
             }
             cell.set(r);
             return true;
@@ -300,6 +313,15 @@ impl MemoryReader for LiveMemory {
                 lo: below_sp(r.lo, r.hi, sp),
                 ..r
             });
+        }
+        // The registered stack, still closed to a walk that started off
+        // it, opens from the interrupted sp up.
+        if let Some((lo, hi)) = registered_stack() {
+            let first = self.regions[0].get();
+            if self.count.get() > 0 && first.lo == hi && first.hi == hi {
+                let from = registered_from(lo, hi, sp);
+                self.regions[0].set(Region { lo: from, ..first });
+            }
         }
         self.admit(sp);
     }
