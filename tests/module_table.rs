@@ -300,3 +300,107 @@ fn a_library_replaced_and_loaded_again_at_the_same_address_gets_its_own_tables()
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+/// The `as` for the target these tests run on.
+fn assembler() -> &'static str {
+    if cfg!(target_arch = "aarch64") {
+        "aarch64-linux-gnu-as"
+    } else {
+        "as"
+    }
+}
+
+/// lld writes no `PT_GNU_SFRAME`, so the table finds `.sframe` from the
+/// section headers in the file. With 65,280 sections or more, the count and
+/// the name table's index are kept in section 0, where readelf and the
+/// `object` crate find them; the table found no section at all.
+#[test]
+fn a_library_with_extended_section_numbering_gets_its_sframe_from_the_file() {
+    stackmark::init().unwrap();
+    let dir = common::workdir("extended-sections");
+    let c = dir.join("f.c");
+    std::fs::write(&c, "int xsec_work(int x) { return x * 3 + 1; }\n").unwrap();
+    let o = dir.join("f.o");
+    common::run(
+        Command::new(cc())
+            .args(["-O1", "-fPIC", "-Wa,--gsframe", "-c", "-o"])
+            .arg(&o)
+            .arg(&c),
+    );
+    let mut asm = String::from(".section .note.GNU-stack,\"\",@progbits\n");
+    for i in 0..65300 {
+        asm.push_str(&format!(".section .x{i},\"a\"\n.byte 1\n"));
+    }
+    let s = dir.join("many.s");
+    std::fs::write(&s, asm).unwrap();
+    let many = dir.join("many.o");
+    common::run(Command::new(assembler()).arg("-o").arg(&many).arg(&s));
+    let lib = dir.join("libxsec.so");
+    common::run(
+        Command::new("ld.lld-16")
+            .args(["-shared", "-o"])
+            .arg(&lib)
+            .arg(&o)
+            .arg(&many),
+    );
+    let data = std::fs::read(&lib).unwrap();
+    assert_eq!(&data[60..64], &[0, 0, 0xff, 0xff], "e_shnum 0, SHN_XINDEX");
+    let oracle = object::File::parse(&*data).unwrap();
+    let want = oracle
+        .section_by_name(".sframe")
+        .expect("object finds .sframe");
+    let elf = stackmark::formats::elf::ElfFile::parse(&data).unwrap();
+    let got = elf.section_by_name(b".sframe").expect(".sframe");
+    assert_eq!((got.addr, got.size), (want.address(), want.size()));
+    dlopen(&lib);
+    stackmark::refresh().unwrap();
+    assert!(module(&lib).sframe.is_some(), "the table has no SFrame");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Notes in a `PT_NOTE` segment aligned to 8 are padded to 8 bytes. A note
+/// whose name and descriptor pad differently to 4 and to 8, before the
+/// build ID, used to hide the build ID, and the module's frames named no
+/// file.
+#[test]
+fn a_build_id_after_an_odd_note_in_an_8_aligned_segment_is_found() {
+    stackmark::init().unwrap();
+    let dir = common::workdir("note8");
+    let s = dir.join("n.s");
+    std::fs::write(
+        &s,
+        r#"
+    .section .note.GNU-stack,"",@progbits
+    .section .note.custom,"a",@note
+    .balign 8
+    .long 6, 4, 0x100
+    .asciz "Linux"
+    .balign 8
+    .long 0x11223344
+    .balign 8
+    .long 4, 20, 3
+    .asciz "GNU"
+    .byte 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20
+    .balign 8
+"#,
+    )
+    .unwrap();
+    let lib = library(
+        &dir,
+        "int note8(int x) { return x + 1; }\n",
+        "libnote8.so",
+        &["-Wl,--build-id=none", s.to_str().unwrap()],
+    );
+    let data = std::fs::read(&lib).unwrap();
+    let want = object::File::parse(&*data)
+        .unwrap()
+        .build_id()
+        .unwrap()
+        .expect("object finds the build ID")
+        .to_vec();
+    assert_eq!(want, (1..=20).collect::<Vec<u8>>());
+    dlopen(&lib);
+    stackmark::refresh().unwrap();
+    assert_eq!(module(&lib).build_id(), &want[..]);
+    let _ = std::fs::remove_dir_all(&dir);
+}

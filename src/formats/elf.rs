@@ -6,7 +6,7 @@
 //! use stackmark::formats::elf;
 //! // A note: namesz=4, descsz=2, type=3 (NT_GNU_BUILD_ID), "GNU\0", desc, padding.
 //! let note = [4, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, b'G', b'N', b'U', 0, 0xab, 0xcd, 0, 0];
-//! assert_eq!(elf::gnu_build_id(&note), Some(&[0xab, 0xcd][..]));
+//! assert_eq!(elf::gnu_build_id(&note, 4), Some(&[0xab, 0xcd][..]));
 //! ```
 
 use super::cursor::{u16_at, u32_at, u64_at, Cursor};
@@ -67,6 +67,8 @@ pub struct ProgramHeader {
     pub filesz: u64,
     /// `p_memsz`.
     pub memsz: u64,
+    /// `p_align` (a `PT_NOTE`'s says how its notes are padded).
+    pub align: u64,
 }
 
 /// What the walk needs from a dynamic section (`PT_DYNAMIC`): which
@@ -143,6 +145,7 @@ impl ProgramHeader {
         let _paddr = c.u64()?;
         let filesz = c.u64()?;
         let memsz = c.u64()?;
+        let align = c.u64()?;
         Some(ProgramHeader {
             p_type,
             flags,
@@ -150,6 +153,7 @@ impl ProgramHeader {
             vaddr,
             filesz,
             memsz,
+            align,
         })
     }
 }
@@ -186,21 +190,26 @@ const SHDR_SIZE: usize = 64;
 
 fn table(
     off: u64,
-    num: u16,
+    num: u64,
     size: usize,
     len: usize,
     what: &'static str,
 ) -> Result<(usize, usize), Error> {
     let off = usize::try_from(off).map_err(|_| Error::OutOfBounds(what))?;
-    let end = (num as usize)
+    let num = usize::try_from(num).map_err(|_| Error::OutOfBounds(what))?;
+    let end = num
         .checked_mul(size)
         .and_then(|n| n.checked_add(off))
         .ok_or(Error::OutOfBounds(what))?;
     if end > len {
         return Err(Error::OutOfBounds(what));
     }
-    Ok((off, num as usize))
+    Ok((off, num))
 }
+
+/// `e_shstrndx` when the index does not fit: the real one is section 0's
+/// `sh_link`.
+const SHN_XINDEX: u16 = 0xffff;
 
 impl<'a> ElfFile<'a> {
     /// Checks the identification and that both header tables lie in `data`.
@@ -211,14 +220,33 @@ impl<'a> ElfFile<'a> {
         let field = |off| u16_at(data, off).ok_or(Error::NotElf64Le);
         let (phoff, phnum) = table(
             u64_at(data, 32).ok_or(Error::NotElf64Le)?,
-            field(56)?,
+            u64::from(field(56)?),
             PHDR_SIZE,
             data.len(),
             "program header table",
         )?;
+        // Extended numbering (65,280 sections or more): the count and the
+        // name table's index are kept in section 0 (`sh_size`, `sh_link`).
+        let e_shoff = u64_at(data, 40).ok_or(Error::NotElf64Le)?;
+        let (e_shnum, e_shstrndx) = (field(60)?, field(62)?);
+        let section0 = |field_at: usize| -> Result<&[u8], Error> {
+            usize::try_from(e_shoff)
+                .ok()
+                .and_then(|o| data.get(o..o.checked_add(SHDR_SIZE)?))
+                .map(|h| &h[field_at..])
+                .ok_or(Error::OutOfBounds("section header table"))
+        };
+        let shnum = match e_shnum {
+            0 if e_shoff != 0 => u64_at(section0(32)?, 0).ok_or(Error::NotElf64Le)?,
+            n => u64::from(n),
+        };
+        let shstrndx = match e_shstrndx {
+            SHN_XINDEX => u64::from(u32_at(section0(40)?, 0).ok_or(Error::NotElf64Le)?),
+            n => u64::from(n),
+        };
         let (shoff, shnum) = table(
-            u64_at(data, 40).ok_or(Error::NotElf64Le)?,
-            field(60)?,
+            e_shoff,
+            shnum,
             SHDR_SIZE,
             data.len(),
             "section header table",
@@ -229,7 +257,7 @@ impl<'a> ElfFile<'a> {
             phnum,
             shoff,
             shnum,
-            shstrndx: field(62)? as usize,
+            shstrndx: usize::try_from(shstrndx).unwrap_or(usize::MAX),
         })
     }
 
@@ -299,17 +327,20 @@ impl<'a> ElfFile<'a> {
 }
 
 /// Finds the `NT_GNU_BUILD_ID` descriptor in a run of ELF notes (the
-/// contents of a `PT_NOTE` segment or `SHT_NOTE` section).
-pub fn gnu_build_id(notes: &[u8]) -> Option<&[u8]> {
-    let align4 = |n: usize| n.checked_add(3).map(|n| n & !3);
+/// contents of a `PT_NOTE` segment or `SHT_NOTE` section). `align` is the
+/// segment's or section's alignment: notes are padded to 8 bytes where it
+/// is 8, else to 4 (as `readelf -n` reads them).
+pub fn gnu_build_id(notes: &[u8], align: u64) -> Option<&[u8]> {
+    let mask = if align == 8 { 7 } else { 3 };
+    let pad = |n: usize| n.checked_add(mask).map(|n| n & !mask);
     let mut off = 0usize;
     while off < notes.len() {
         let namesz = u32_at(notes, off)? as usize;
         let descsz = u32_at(notes, off + 4)? as usize;
         let ntype = u32_at(notes, off + 8)?;
         let name_off = off + 12;
-        let desc_off = name_off.checked_add(align4(namesz)?)?;
-        let next = desc_off.checked_add(align4(descsz)?)?;
+        let desc_off = pad(name_off.checked_add(namesz)?)?;
+        let next = pad(desc_off.checked_add(descsz)?)?;
         let name = notes.get(name_off..name_off.checked_add(namesz)?)?;
         if ntype == NT_GNU_BUILD_ID && name == b"GNU\0" {
             return notes.get(desc_off..desc_off.checked_add(descsz)?);
@@ -317,4 +348,117 @@ pub fn gnu_build_id(notes: &[u8]) -> Option<&[u8]> {
         off = next;
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An ELF64 file of section headers only: `(name, type, addr, size,
+    /// link)` each, names from the table at index `strndx` (which holds
+    /// `names`). With `extended`, the count and that index are kept in
+    /// section 0, as for 65,280 sections or more.
+    fn with_sections(names: &[u8], sections: &[(u32, u32, u64, u64)], extended: bool) -> Vec<u8> {
+        let mut f = vec![0u8; 64];
+        f[..7].copy_from_slice(b"\x7fELF\x02\x01\x01");
+        f[58..60].copy_from_slice(&64u16.to_le_bytes());
+        let strtab_off = f.len() as u64;
+        f.extend_from_slice(names);
+        f.resize(f.len().next_multiple_of(8), 0);
+        let shoff = f.len() as u64;
+        let count = sections.len() as u64 + 2;
+        let strndx = count - 1;
+        f[40..48].copy_from_slice(&shoff.to_le_bytes());
+        if extended {
+            f[62..64].copy_from_slice(&SHN_XINDEX.to_le_bytes());
+        } else {
+            f[60..62].copy_from_slice(&(count as u16).to_le_bytes());
+            f[62..64].copy_from_slice(&(strndx as u16).to_le_bytes());
+        }
+        let mut header = |name: u32, ty: u32, addr: u64, off: u64, size: u64, link: u32| {
+            let mut h = [0u8; 64];
+            h[0..4].copy_from_slice(&name.to_le_bytes());
+            h[4..8].copy_from_slice(&ty.to_le_bytes());
+            h[16..24].copy_from_slice(&addr.to_le_bytes());
+            h[24..32].copy_from_slice(&off.to_le_bytes());
+            h[32..40].copy_from_slice(&size.to_le_bytes());
+            h[40..44].copy_from_slice(&link.to_le_bytes());
+            f.extend_from_slice(&h);
+        };
+        if extended {
+            header(0, 0, 0, 0, count, strndx as u32);
+        } else {
+            header(0, 0, 0, 0, 0, 0);
+        }
+        for &(name, ty, addr, size) in sections {
+            header(name, ty, addr, 0, size, 0);
+        }
+        header(15, 3, 0, strtab_off, names.len() as u64, 0);
+        f
+    }
+
+    #[test]
+    fn extended_section_numbering_finds_the_count_and_the_name_table_in_section_0() {
+        use object::{Object, ObjectSection};
+        let names = b"\0.text\0.sframe\0.shstrtab\0";
+        let sections = [(1, 1, 0x1000, 0x10), (7, 1, 0x2000, 0x40)];
+        for extended in [false, true] {
+            let f = with_sections(names, &sections, extended);
+            let oracle = object::File::parse(&*f).unwrap();
+            let want = oracle.section_by_name(".sframe").unwrap();
+            let elf = ElfFile::parse(&f).unwrap();
+            let got: Vec<&[u8]> = elf.sections().map(|s| s.name).collect();
+            assert_eq!(
+                got,
+                [&b""[..], b".text", b".sframe", b".shstrtab"],
+                "{extended}"
+            );
+            let s = elf.section_by_name(b".sframe").unwrap();
+            assert_eq!((s.addr, s.size), (want.address(), want.size()));
+        }
+        // Extended numbering with no section 0 in the file: an error, not
+        // a read past the end.
+        let mut f = with_sections(names, &sections, true);
+        f.truncate(f.len() - 4 * 64 + 10);
+        assert!(ElfFile::parse(&f).is_err());
+    }
+
+    /// Notes as `readelf -n` lays them out with alignment `align`.
+    fn notes(align: usize, list: &[(&[u8], u32, &[u8])]) -> Vec<u8> {
+        let mut n = Vec::new();
+        for &(name, ty, desc) in list {
+            for w in [name.len() as u32, desc.len() as u32, ty] {
+                n.extend_from_slice(&w.to_le_bytes());
+            }
+            n.extend_from_slice(name);
+            n.resize(n.len().next_multiple_of(align), 0);
+            n.extend_from_slice(desc);
+            n.resize(n.len().next_multiple_of(align), 0);
+        }
+        n
+    }
+
+    #[test]
+    fn notes_are_padded_as_their_segments_alignment_says() {
+        use object::elf::FileHeader64;
+        use object::read::elf::NoteIterator;
+        use object::LittleEndian as LE;
+        let id = [0xaa, 0xbb, 0xcc, 0xdd, 1, 2, 3, 4];
+        // A note whose name (6 bytes) and descriptor (4) pad differently
+        // to 4 and to 8, then the build ID.
+        let list: [(&[u8], u32, &[u8]); 2] =
+            [(b"Linux\0", 0x100, &[1, 2, 3, 4]), (b"GNU\0", 3, &id)];
+        for align in [4, 8] {
+            let n = notes(align, &list);
+            let oracle: Vec<Vec<u8>> =
+                NoteIterator::<FileHeader64<LE>>::new(LE, align as u64, &n[..])
+                    .unwrap()
+                    .map(|note| note.unwrap().desc().to_vec())
+                    .collect();
+            assert_eq!(oracle[1], id, "the layout is readelf's");
+            assert_eq!(gnu_build_id(&n, align as u64), Some(&id[..]), "{align}");
+        }
+        // A segment alignment of 0 or 1 means 4.
+        assert_eq!(gnu_build_id(&notes(4, &list), 1), Some(&id[..]));
+    }
 }

@@ -609,7 +609,7 @@ unsafe extern "C" fn on_object(
         let id = in_readable(&m, start, ph.memsz)
             .then(|| loaded(start, ph.memsz))
             .flatten()
-            .and_then(elf::gnu_build_id);
+            .and_then(|notes| elf::gnu_build_id(notes, ph.align));
         if let Some(id) = id {
             m.set_build_id(id);
             break;
