@@ -122,12 +122,16 @@ fn main() {
     // The same workload without sampling, for comparison.
     let base_work = run(threads, secs, None, || {});
 
-    let mut folded: HashMap<Vec<u64>, u64> = HashMap::new();
+    // Each frame with whether it is an exact pc (frame 0, or a frame a
+    // signal interrupted) rather than a return address.
+    let mut folded: HashMap<Vec<(u64, bool)>, u64> = HashMap::new();
     let mut keep = |s: &stackmark::sample::Sample| {
-        *folded.entry(s.frames().to_vec()).or_default() += 1;
+        let frames = s.frames().iter().enumerate();
+        let key = frames.map(|(i, &pc)| (pc, s.precise(i))).collect();
+        *folded.entry(key).or_default() += 1;
     };
     let cpu0 = cpu_time_ns();
-    let (_, _, handler0) = stackmark::sample::stats();
+    let handler0 = stackmark::sample::stats().handler_ns;
     if itimer {
         stackmark::sample::start(hz).expect("start sampling");
     }
@@ -138,8 +142,9 @@ fn main() {
     stackmark::sample::stop();
     stackmark::sample::drain(&mut keep);
     let cpu = cpu_time_ns() - cpu0;
-    let (taken, dropped, handler) = stackmark::sample::stats();
-    let handler = handler - handler0;
+    let stats = stackmark::sample::stats();
+    let (taken, dropped, missed) = (stats.taken, stats.dropped, stats.missed);
+    let handler = stats.handler_ns - handler0;
 
     // Context: every module (samples may land anywhere).
     let table = stackmark::modules::current().unwrap();
@@ -152,8 +157,8 @@ fn main() {
     stacks.sort_by_key(|s| std::cmp::Reverse(s.1));
     for (pcs, count) in &stacks {
         let mut line = String::new();
-        for (i, pc) in pcs.iter().enumerate().rev() {
-            let kind = if i == 0 { "pc" } else { "ra" };
+        for (i, (pc, precise)) in pcs.iter().enumerate().rev() {
+            let kind = if *precise { "pc" } else { "ra" };
             line.push_str(&format!("{{{{{{pc:{pc:#018x}:{kind}}}}}}}"));
             line.push(if i == 0 { ' ' } else { ';' });
         }
@@ -165,7 +170,7 @@ fn main() {
         .sum::<usize>()
         / (taken.max(1) as usize);
     eprintln!(
-        "profile: {taken} samples ({dropped} dropped) at {hz} Hz ({}) over {secs} s on {threads} threads ({:.0} per thread-second), {} distinct stacks, {depth} frames deep on average",
+        "profile: {taken} samples ({dropped} dropped, {missed} missed) at {hz} Hz ({}) over {secs} s on {threads} threads ({:.0} per thread-second), {} distinct stacks, {depth} frames deep on average",
         if itimer { "ITIMER_PROF" } else { "a timer per thread" },
         taken as f64 / secs / threads as f64,
         stacks.len()

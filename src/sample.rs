@@ -25,21 +25,36 @@ pub const SAMPLE_DEPTH: usize = 64;
 /// Samples the ring holds before new ones are dropped.
 pub const RING_SLOTS: usize = 4096;
 
-/// One sample: the return addresses of the interrupted thread, innermost
-/// first. Frame 0 is the exact interrupted pc.
+/// One sample: the pcs of the interrupted thread, innermost first. Frame 0
+/// is the exact interrupted pc; the others are return addresses, except
+/// where the walk crossed a signal frame ([`Sample::precise`]).
 #[derive(Clone, Copy, Debug)]
 pub struct Sample {
     /// The sampled thread's id.
     pub tid: i32,
     len: u16,
+    /// Bit `i` set: frame `i` is an exact pc ([`Frame::precise`]).
+    precise: u64,
     pcs: [u64; SAMPLE_DEPTH],
 }
 
+// One bit per frame.
+const _: () = assert!(SAMPLE_DEPTH <= 64);
+
 impl Sample {
-    /// The pcs, innermost first: the interrupted instruction, then return
-    /// addresses (look those up as `pc - 1`).
+    /// The pcs, innermost first: the interrupted instruction, then mostly
+    /// return addresses. Look a frame up at its pc where
+    /// [`Sample::precise`] says so (markup `:pc`), else at `pc - 1`
+    /// (`:ra`).
     pub fn frames(&self) -> &[u64] {
         &self.pcs[..self.len as usize]
+    }
+
+    /// Whether frame `i` is an exact instruction rather than a return
+    /// address: frame 0, and a frame a signal interrupted (the sampled
+    /// thread was inside a signal handler).
+    pub fn precise(&self, i: usize) -> bool {
+        i < self.len as usize && self.precise >> i & 1 != 0
     }
 }
 
@@ -75,6 +90,8 @@ struct Ring {
     read: AtomicUsize,
     dropped: AtomicU64,
     taken: AtomicU64,
+    /// Timer expirations the kernel merged into a signal already pending.
+    missed: AtomicU64,
     /// Nanoseconds spent inside the handler, for overhead reports.
     handler_ns: AtomicU64,
 }
@@ -90,6 +107,7 @@ const SLOT: Slot = Slot {
     sample: UnsafeCell::new(Sample {
         tid: 0,
         len: 0,
+        precise: 0,
         pcs: [0; SAMPLE_DEPTH],
     }),
 };
@@ -100,6 +118,7 @@ static RING: Ring = Ring {
     read: AtomicUsize::new(0),
     dropped: AtomicU64::new(0),
     taken: AtomicU64::new(0),
+    missed: AtomicU64::new(0),
     handler_ns: AtomicU64::new(0),
 };
 
@@ -133,8 +152,10 @@ pub unsafe fn record(uc: *const c_void) {
             let s = unsafe { &mut *slot.sample.get() };
             s.tid = crate::crash::gettid();
             s.len = n as u16;
-            for (d, f) in s.pcs.iter_mut().zip(&frames[..n]) {
+            s.precise = 0;
+            for (i, (d, f)) in s.pcs.iter_mut().zip(&frames[..n]).enumerate() {
                 *d = f.pc;
+                s.precise |= u64::from(f.precise) << i;
             }
             slot.lap.store(2 * lap + 1, Release);
             RING.taken.fetch_add(1, Relaxed);
@@ -173,8 +194,47 @@ fn claim() -> Option<(&'static Slot, usize)> {
     }
 }
 
-extern "C" fn on_sigprof(_sig: c_int, _info: *mut libc::siginfo_t, uc: *mut c_void) {
+/// `si_code` of a signal from a POSIX timer (`timer_create`).
+const SI_TIMER: c_int = -2;
+
+/// The head of a Linux `siginfo_t` for a timer's signal (64-bit layout:
+/// three ints, padding, then the union's `_timer` member).
+#[repr(C)]
+struct TimerInfo {
+    signo: c_int,
+    errno: c_int,
+    code: c_int,
+    _pad: c_int,
+    timer_id: c_int,
+    overrun: c_int,
+}
+
+/// How many expirations of the timer that sent `info` gave no signal of
+/// their own (0 for any other signal).
+///
+/// # Safety
+/// `info` must be the kernel's siginfo for this handler.
+unsafe fn timer_overrun(info: *const libc::siginfo_t) -> u64 {
+    // SAFETY: the kernel's siginfo is 128 bytes, of which the timer
+    // fields are the first 24; they hold the overrun only for SI_TIMER.
+    let t = unsafe { &*(info as *const TimerInfo) };
+    if t.code == SI_TIMER {
+        t.overrun.max(0) as u64
+    } else {
+        0
+    }
+}
+
+extern "C" fn on_sigprof(_sig: c_int, info: *mut libc::siginfo_t, uc: *mut c_void) {
     let errno = std::io::Error::last_os_error().raw_os_error();
+    // A thread timer that expired again while its signal was pending (the
+    // thread waited for a CPU) gives one signal for several periods: those
+    // samples are lost, and counted.
+    // SAFETY: `info` comes from the kernel.
+    let overrun = unsafe { timer_overrun(info) };
+    if overrun > 0 {
+        RING.missed.fetch_add(overrun, Relaxed);
+    }
     // SAFETY: `uc` comes from the kernel.
     unsafe { record(uc) };
     // The interrupted code may be between a failing call and its errno
@@ -194,13 +254,31 @@ extern "C" fn on_sigprof(_sig: c_int, _info: *mut libc::siginfo_t, uc: *mut c_vo
 /// gets at most that many samples per second. For a higher rate, see
 /// [`ThreadTimer`].
 pub fn start(hz: u32) -> std::io::Result<()> {
+    let p = period(hz)?;
     install()?;
-    set_timer(period(hz))
+    set_timer(p)
 }
 
-/// The time between samples at `hz` (at least 1) samples a second.
-fn period(hz: u32) -> core::time::Duration {
-    core::time::Duration::from_nanos(1_000_000_000 / u64::from(hz.max(1)))
+/// The highest rate [`start`] and [`ThreadTimer::start`] take: a sample
+/// every 100 µs. A walk in the handler takes about a microsecond in an
+/// optimised build, but many times that in a debug build or under
+/// emulation, and a timer that fires again before its handler returns
+/// leaves the thread no time to run.
+pub const MAX_HZ: u32 = 10_000;
+
+/// The time between samples at `hz` samples a second; an error outside
+/// 1..=[`MAX_HZ`] (a zero period would disarm the timer, and the call would
+/// seem to work but take no sample).
+fn period(hz: u32) -> std::io::Result<core::time::Duration> {
+    if hz == 0 || hz > MAX_HZ {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "sampling rate out of range: 1 to stackmark::sample::MAX_HZ (10,000) Hz",
+        ));
+    }
+    Ok(core::time::Duration::from_nanos(
+        1_000_000_000 / u64::from(hz),
+    ))
 }
 
 /// Installs the SIGPROF handler and readies the ring, building the module
@@ -219,10 +297,30 @@ fn install() -> std::io::Result<()> {
             return Err(std::io::Error::last_os_error());
         }
     }
+    static AT_FORK: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+    if !AT_FORK.swap(true, Relaxed) {
+        // SAFETY: registers a handler that only touches the ring.
+        unsafe { libc::pthread_atfork(None, None, Some(forget_samples_in_child)) };
+    }
     // The handler's trampoline is known now: let walks cross it.
     let _ = crate::refresh();
     prefault_ring();
     Ok(())
+}
+
+/// In a child after `fork`: only the forking thread is left, so a slot
+/// another thread had claimed but not yet written would never be, and
+/// every drain would stop there for good. The child drops what the ring
+/// held (the parent's samples, which the parent drains), touching only the
+/// slots in use.
+extern "C" fn forget_samples_in_child() {
+    let (read, next) = (RING.read.load(Relaxed), RING.next.load(Relaxed));
+    for p in read..next {
+        RING.slots[p % RING_SLOTS]
+            .lap
+            .store(2 * (p / RING_SLOTS + 1), Relaxed);
+    }
+    RING.read.store(next, Relaxed);
 }
 
 /// Samples the thread that creates it, `hz` times per second of wall-clock
@@ -237,6 +335,19 @@ fn install() -> std::io::Result<()> {
 /// `ITIMER_PROF`). It counts wall time: a thread that sleeps or blocks is
 /// sampled where it waits. Create it on each thread to be sampled.
 ///
+/// Two things follow from signalling a thread that waits:
+/// * System calls the kernel does not restart after a handler, even with
+///   `SA_RESTART` (`poll`, `epoll_wait`, `select`, `nanosleep`, socket
+///   reads and writes with a timeout set), fail with `EINTR` in the
+///   sampled thread, and Rust's standard library passes that on
+///   (`ErrorKind::Interrupted`) for some of them. Code sampled this way
+///   must retry on `EINTR`, as code run under any signal-based profiler
+///   must.
+/// * Periods that end while the thread waits for a CPU give one signal
+///   between them; the samples lost so are counted in [`Stats::missed`].
+///
+/// An error for a rate outside 1..=[`MAX_HZ`].
+///
 /// ```no_run
 /// stackmark::init().unwrap();
 /// let timer = stackmark::sample::ThreadTimer::start(1000).unwrap();
@@ -250,9 +361,10 @@ pub struct ThreadTimer {
 }
 
 impl ThreadTimer {
-    /// Arms a timer for the calling thread at `hz` samples a second
-    /// (at least 1). Not async-signal-safe; call from normal code.
+    /// Arms a timer for the calling thread at `hz` samples a second (1 to
+    /// [`MAX_HZ`]). Not async-signal-safe; call from normal code.
     pub fn start(hz: u32) -> std::io::Result<ThreadTimer> {
+        let p = period(hz)?;
         install()?;
         // SAFETY: a zeroed sigevent is valid; the fields set below name the
         // signal and the calling thread.
@@ -266,7 +378,6 @@ impl ThreadTimer {
             return Err(std::io::Error::last_os_error());
         }
         let timer = ThreadTimer { id };
-        let p = period(hz);
         let p = libc::timespec {
             tv_sec: p.as_secs() as _,
             tv_nsec: p.subsec_nanos() as _,
@@ -350,14 +461,75 @@ pub fn drain(mut f: impl FnMut(&Sample)) -> usize {
     }
 }
 
-/// Counters: samples recorded, samples dropped (ring full), and total
-/// nanoseconds spent in the handler.
-pub fn stats() -> (u64, u64, u64) {
-    (
-        RING.taken.load(Relaxed),
-        RING.dropped.load(Relaxed),
-        RING.handler_ns.load(Relaxed),
-    )
+/// The profiler's counters since the process started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Samples recorded.
+    pub taken: u64,
+    /// Samples dropped because the ring was full (drain more often).
+    pub dropped: u64,
+    /// Samples a [`ThreadTimer`] never signalled: periods that ended while
+    /// its last signal was still pending (the thread waited for a CPU, or
+    /// had the signal blocked), which the kernel merges into that signal.
+    pub missed: u64,
+    /// Nanoseconds spent in the handler.
+    pub handler_ns: u64,
+}
+
+/// The counters: samples recorded, dropped and missed, and time spent in
+/// the handler.
+pub fn stats() -> Stats {
+    Stats {
+        taken: RING.taken.load(Relaxed),
+        dropped: RING.dropped.load(Relaxed),
+        missed: RING.missed.load(Relaxed),
+        handler_ns: RING.handler_ns.load(Relaxed),
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod fork_tests {
+    use super::*;
+
+    /// A sample of the calling thread, through the handler's own path.
+    fn record_here() {
+        // SAFETY: getcontext fills `uc` with this thread's context, which
+        // `record` walks as a signal handler's would be.
+        unsafe {
+            let mut uc: libc::ucontext_t = core::mem::zeroed();
+            libc::getcontext(&mut uc);
+            record((&uc as *const libc::ucontext_t).cast());
+        }
+    }
+
+    #[test]
+    fn a_child_after_fork_is_not_stuck_behind_a_sample_another_thread_was_writing() {
+        install().unwrap();
+        drain(|_| {});
+        // A thread that was sampled when the process forked: it claimed a
+        // slot and had not written it yet.
+        let (slot, lap) = claim().expect("a free slot");
+        // SAFETY: the child only records, drains and leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let me = crate::crash::gettid();
+            record_here();
+            let mut mine = 0;
+            drain(|s| mine += i32::from(s.tid == me));
+            // SAFETY: _exit is async-signal-safe and ends the child at once.
+            unsafe { libc::_exit(if mine == 1 { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child forked above.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        // Here the writer finishes, as it would have.
+        slot.lap.store(2 * lap + 1, Release);
+        drain(|_| {});
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the child's own sample was never handed out ({status:#x})"
+        );
+    }
 }
 
 // x86_64 only: under qemu-user (how the AArch64 tests run), pagemap

@@ -10,7 +10,8 @@ fn every_sample_taken_while_draining_runs_alongside_is_handed_out_once() {
     stackmark::init().unwrap();
     static DONE: AtomicBool = AtomicBool::new(false);
     const SAMPLES: usize = 5_000;
-    let (taken0, dropped0, _) = stackmark::sample::stats();
+    let before = stackmark::sample::stats();
+    let (taken0, dropped0) = (before.taken, before.dropped);
     let writer = std::thread::spawn(|| {
         // SAFETY: an all-zero ucontext_t is valid storage for getcontext.
         let mut uc: libc::ucontext_t = unsafe { std::mem::zeroed() };
@@ -31,8 +32,11 @@ fn every_sample_taken_while_draining_runs_alongside_is_handed_out_once() {
     }
     writer.join().unwrap();
     drained += stackmark::sample::drain(|s| lens.push(s.frames().len()));
-    let (taken, dropped, _) = stackmark::sample::stats();
-    let (taken, dropped) = ((taken - taken0) as usize, (dropped - dropped0) as usize);
+    let after = stackmark::sample::stats();
+    let (taken, dropped) = (
+        (after.taken - taken0) as usize,
+        (after.dropped - dropped0) as usize,
+    );
     assert_eq!(taken + dropped, SAMPLES);
     assert_eq!(
         drained, taken,

@@ -104,7 +104,12 @@ fn sampling_at_10_khz_survives_allocation_loading_and_panics() {
     }
     let _ = std::panic::take_hook();
     stackmark::sample::drain(|_| {});
-    let (taken, dropped, ns) = stackmark::sample::stats();
+    let stackmark::sample::Stats {
+        taken,
+        dropped,
+        handler_ns: ns,
+        ..
+    } = stackmark::sample::stats();
     println!(
         "stress: {secs} s, {sent} signals sent, {taken} samples, {dropped} dropped, {} µs in the handler, {} units of work",
         ns / 1000,

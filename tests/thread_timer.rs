@@ -41,9 +41,9 @@ fn a_thread_timer_samples_its_own_thread_only_and_stops_when_dropped() {
         spin(Duration::from_millis(300));
         drop(timer);
         // After the drop nothing more arrives, though this thread runs on.
-        let taken = stackmark::sample::stats().0;
+        let taken = stackmark::sample::stats().taken;
         spin(Duration::from_millis(50));
-        (common::tid(), taken, stackmark::sample::stats().0)
+        (common::tid(), taken, stackmark::sample::stats().taken)
     })
     .join()
     .unwrap();

@@ -1,0 +1,154 @@
+//! The profiler's API at its edges: rates it cannot keep are refused, frames
+//! a signal interrupted are marked exact in samples, and thread-timer
+//! periods lost to a pending signal are counted. The tests share the
+//! sample ring, so they take turns.
+
+#![cfg(target_os = "linux")]
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use stackmark::sample::{self, ThreadTimer, MAX_HZ};
+use stackmark::Frame;
+
+static TURN: Mutex<()> = Mutex::new(());
+
+fn turn() -> std::sync::MutexGuard<'static, ()> {
+    TURN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[test]
+fn rates_a_timer_cannot_keep_are_refused_not_silently_disarmed() {
+    let _t = turn();
+    stackmark::init().unwrap();
+    // A period that rounds to zero would disarm the timer, and the call
+    // would seem to work but take no sample.
+    for hz in [0, MAX_HZ + 1, 2_000_000, u32::MAX] {
+        let e = sample::start(hz).expect_err("start");
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{hz}");
+        let e = ThreadTimer::start(hz).expect_err("ThreadTimer::start");
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{hz}");
+    }
+    // The highest rate is taken: with SIGPROF blocked for the while (a
+    // handler slower than the period, as in a debug build under
+    // emulation, would leave a signal pending at every return), and
+    // deleting the timer discards the pending one.
+    std::thread::spawn(|| {
+        block_sigprof(libc::SIG_BLOCK);
+        let timer = ThreadTimer::start(MAX_HZ).expect("the highest rate");
+        std::thread::sleep(Duration::from_millis(1));
+        drop(timer);
+        block_sigprof(libc::SIG_UNBLOCK);
+    })
+    .join()
+    .unwrap();
+    sample::start(MAX_HZ).expect("the highest rate");
+    sample::stop();
+}
+
+/// Blocks (`SIG_BLOCK`) or unblocks SIGPROF for the calling thread.
+fn block_sigprof(how: i32) {
+    // SAFETY: changes the calling thread's mask only.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGPROF);
+        libc::pthread_sigmask(how, &set, std::ptr::null_mut());
+    }
+}
+
+/// What the SIGUSR2 handler saw: the walk's exact-pc flags.
+static FLAGS: Mutex<Vec<bool>> = Mutex::new(Vec::new());
+static NESTED: AtomicUsize = AtomicUsize::new(0);
+
+extern "C" fn on_usr2(_: i32, _: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+    let mut frames = [Frame::default(); 64];
+    // SAFETY: `uc` is the kernel's; walk_ucontext and record are
+    // async-signal-safe. The lock is free: the test thread is the one
+    // interrupted, and it takes the lock only after the signals.
+    unsafe {
+        let n = stackmark::walk_ucontext(uc, &mut frames);
+        if let Ok(mut f) = FLAGS.try_lock() {
+            f.clear();
+            f.extend(frames[..n].iter().map(|f| f.precise));
+        }
+        sample::record(uc);
+    }
+    NESTED.fetch_add(1, SeqCst);
+}
+
+static RAISED: AtomicUsize = AtomicUsize::new(0);
+
+extern "C" fn on_usr1(_: i32, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // SAFETY: raise is async-signal-safe; SIGUSR2 is not blocked here.
+    unsafe { libc::raise(libc::SIGUSR2) };
+    // Work after the call keeps this handler's frame (no tail call), so
+    // the walk from raise, in libc without a table or frame pointer,
+    // steps by this frame's record to the signal frame.
+    RAISED.fetch_add(1, SeqCst);
+}
+
+fn handle(sig: i32, f: extern "C" fn(i32, *mut libc::siginfo_t, *mut libc::c_void)) {
+    // SAFETY: a zeroed sigaction with an SA_SIGINFO handler and an empty mask.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = f as *const () as usize;
+        sa.sa_flags = libc::SA_SIGINFO;
+        libc::sigemptyset(&mut sa.sa_mask);
+        assert_eq!(libc::sigaction(sig, &sa, std::ptr::null_mut()), 0);
+    }
+}
+
+#[test]
+fn a_sample_taken_inside_a_handler_marks_the_frame_the_signal_interrupted_as_exact() {
+    let _t = turn();
+    stackmark::init().unwrap();
+    handle(libc::SIGUSR1, on_usr1);
+    handle(libc::SIGUSR2, on_usr2);
+    stackmark::refresh().unwrap(); // the trampoline is known now
+    sample::drain(|_| {});
+    // SAFETY: raises a signal whose handler is installed above.
+    unsafe { libc::raise(libc::SIGUSR1) };
+    assert_eq!(NESTED.load(SeqCst), 1);
+    let me = common::tid();
+    let mut samples = Vec::new();
+    sample::drain(|s| {
+        if s.tid == me {
+            let flags: Vec<bool> = (0..s.frames().len()).map(|i| s.precise(i)).collect();
+            samples.push(flags);
+        }
+    });
+    let walked = FLAGS.lock().unwrap().clone();
+    assert_eq!(samples.len(), 1);
+    // Frame 0, and the frame SIGUSR1 interrupted beyond the handler's
+    // signal frame: both exact pcs, which a symbolizer must not move back.
+    assert!(walked[0] && walked[1..].iter().any(|&p| p), "{walked:?}");
+    assert_eq!(samples[0], walked);
+    assert!(!samples[0][1], "a return address");
+}
+
+#[test]
+fn thread_timer_periods_merged_into_a_pending_signal_are_counted_as_missed() {
+    let _t = turn();
+    stackmark::init().unwrap();
+    let before = sample::stats();
+    std::thread::spawn(|| {
+        // 100 periods with the signal blocked: the first stays pending,
+        // the other 99 merge into it.
+        block_sigprof(libc::SIG_BLOCK);
+        let timer = ThreadTimer::start(1000).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        block_sigprof(libc::SIG_UNBLOCK);
+        drop(timer);
+    })
+    .join()
+    .unwrap();
+    sample::drain(|_| {});
+    let after = sample::stats();
+    let missed = after.missed - before.missed;
+    assert!(after.taken > before.taken, "the pending signal was sampled");
+    assert!((80..=110).contains(&missed), "{missed} missed");
+}
