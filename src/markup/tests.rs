@@ -497,26 +497,29 @@ fn an_fd_sink_reports_a_failed_write() {
     assert!(sink.failed());
 }
 
+/// Everything read from `rx` until end of file; closes it.
+fn read_to_end(rx: i32) -> Vec<u8> {
+    let mut all = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        // SAFETY: `buf` is writable for its length.
+        let n = unsafe { libc::read(rx, buf.as_mut_ptr().cast(), buf.len()) };
+        if n <= 0 {
+            break;
+        }
+        all.extend_from_slice(&buf[..n as usize]);
+    }
+    close(rx);
+    all
+}
+
 #[test]
 fn lines_from_several_threads_on_one_pipe_never_mix() {
     let mut fds = [0; 2];
     // SAFETY: `fds` has room for the two descriptors.
     assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
     let [rx, tx] = fds;
-    let reader = std::thread::spawn(move || {
-        let mut all = Vec::new();
-        let mut buf = [0u8; 4096];
-        loop {
-            // SAFETY: `buf` is writable for its length.
-            let n = unsafe { libc::read(rx, buf.as_mut_ptr().cast(), buf.len()) };
-            if n <= 0 {
-                break;
-            }
-            all.extend_from_slice(&buf[..n as usize]);
-        }
-        close(rx);
-        all
-    });
+    let reader = std::thread::spawn(move || read_to_end(rx));
     let writers: Vec<_> = (0..4u8)
         .map(|t| {
             std::thread::spawn(move || {
@@ -584,18 +587,7 @@ fn an_fd_sink_waits_for_a_full_nonblocking_pipe_to_drain() {
     let [rx, tx] = full_nonblocking_pipe();
     let reader = std::thread::spawn(move || {
         std::thread::sleep(std::time::Duration::from_millis(100));
-        let mut all = Vec::new();
-        let mut buf = [0u8; 4096];
-        loop {
-            // SAFETY: `buf` is writable for its length.
-            let n = unsafe { libc::read(rx, buf.as_mut_ptr().cast(), buf.len()) };
-            if n <= 0 {
-                break;
-            }
-            all.extend_from_slice(&buf[..n as usize]);
-        }
-        close(rx);
-        all
+        read_to_end(rx)
     });
     {
         let mut sink = FdSink::new(tx);
