@@ -81,6 +81,17 @@ fn row(cfa: CfaRule, ra: RegRule, fp: RegRule) -> Row {
     }
 }
 
+/// The row just after a call: `cfa = sp + 8`, the return address at
+/// `cfa - 8`.
+fn at_call() -> Row {
+    row(CfaRule::SpPlus(8), RegRule::AtCfa(-8), RegRule::SameValue)
+}
+
+/// The row of an outermost frame: no return address.
+fn outermost() -> Row {
+    row(CfaRule::SpPlus(8), RegRule::Undefined, RegRule::SameValue)
+}
+
 fn stack(words: &[u64]) -> Vec<u8> {
     words.iter().flat_map(|w| w.to_ne_bytes()).collect()
 }
@@ -136,16 +147,8 @@ fn x86_64_sframe_rows_recover_ra_at_cfa_minus_8_and_saved_fp() {
             CODE + 0x100,
             row(CfaRule::SpPlus(16), RegRule::AtCfa(-8), RegRule::AtCfa(-16)),
         )
-        .row(
-            CODE + 0x100,
-            CODE + 0x200,
-            row(CfaRule::SpPlus(8), RegRule::AtCfa(-8), RegRule::SameValue),
-        )
-        .row(
-            CODE + 0x200,
-            CODE + 0x300,
-            row(CfaRule::SpPlus(8), RegRule::Undefined, RegRule::SameValue),
-        );
+        .row(CODE + 0x100, CODE + 0x200, at_call())
+        .row(CODE + 0x200, CODE + 0x300, outermost());
     let st = stack(&[0x1111, CODE + 0x105, CODE + 0x20a, 0]);
     let (frames, stop) = walk::<X86_64>(x86(CODE + 0x10, STACK, 0xdead), true, &st, code);
     let pcs: Vec<u64> = frames.iter().map(|f| f.pc).collect();
@@ -162,21 +165,9 @@ fn return_addresses_are_looked_up_one_byte_earlier() {
     // The caller's row starts exactly at the return address; the byte
     // before belongs to a row that says "outermost". ra - 1 must pick it.
     let code = Fake::x86()
-        .row(
-            CODE,
-            CODE + 0x100,
-            row(CfaRule::SpPlus(8), RegRule::AtCfa(-8), RegRule::SameValue),
-        )
-        .row(
-            CODE + 0x100,
-            CODE + 0x105,
-            row(CfaRule::SpPlus(8), RegRule::Undefined, RegRule::SameValue),
-        )
-        .row(
-            CODE + 0x105,
-            CODE + 0x200,
-            row(CfaRule::SpPlus(8), RegRule::AtCfa(-8), RegRule::SameValue),
-        );
+        .row(CODE, CODE + 0x100, at_call())
+        .row(CODE + 0x100, CODE + 0x105, outermost())
+        .row(CODE + 0x105, CODE + 0x200, at_call());
     let st = stack(&[CODE + 0x105, CODE + 0x50, 0]);
     let (frames, stop) = walk::<X86_64>(x86(CODE + 0x10, STACK, 0), true, &st, code);
     assert_eq!(frames.len(), 2);
@@ -304,11 +295,7 @@ fn a_remembered_walk_end_is_replayed_only_while_the_stack_holds_its_words() {
     // Frame 0 has a row (cfa = sp + 8); its caller (CODE+0x205) has none
     // and a bad rbp, so the rest of the walk is general steps: a scan to
     // CODE+0x1fe, then a scan that runs off the stack.
-    let code = Fake::x86().row(
-        CODE,
-        CODE + 0x100,
-        row(CfaRule::SpPlus(8), RegRule::AtCfa(-8), RegRule::SameValue),
-    );
+    let code = Fake::x86().row(CODE, CODE + 0x100, at_call());
     let memo = Remembering::new(code.clone());
     let regs = x86(CODE + 0x10, STACK, 3);
     let walk = |st: &[u8], opts: WalkOptions| {
@@ -391,11 +378,7 @@ fn a_remembered_scan_is_taken_again_only_while_the_stack_holds_its_words() {
 
 #[test]
 fn a_zero_return_address_ends_the_walk() {
-    let code = Fake::x86().row(
-        CODE,
-        CODE + 0x100,
-        row(CfaRule::SpPlus(8), RegRule::AtCfa(-8), RegRule::SameValue),
-    );
+    let code = Fake::x86().row(CODE, CODE + 0x100, at_call());
     let st = stack(&[0, 0]);
     let (frames, stop) = walk::<X86_64>(x86(CODE + 0x10, STACK, 0), true, &st, code);
     assert_eq!(frames.len(), 1);
@@ -406,11 +389,7 @@ fn a_zero_return_address_ends_the_walk() {
 fn the_depth_limit_is_respected() {
     // A row that steps 8 bytes up the stack forever, through return
     // addresses that all land in the same function.
-    let code = Fake::x86().row(
-        CODE,
-        CODE + 0x100,
-        row(CfaRule::SpPlus(8), RegRule::AtCfa(-8), RegRule::SameValue),
-    );
+    let code = Fake::x86().row(CODE, CODE + 0x100, at_call());
     let st = stack(&[CODE + 0x55; 64]);
     let opts = WalkOptions {
         max_depth: 10,
@@ -432,11 +411,7 @@ fn x86_64_signal_frame_restores_the_interrupted_registers_from_the_ucontext() {
     words[((uc + o::RSP) / 8) as usize] = STACK + 0x100;
     words[((uc + o::RBP) / 8) as usize] = 0x77;
     let st = stack(&words);
-    let mut code = Fake::x86().row(
-        CODE,
-        CODE + 0x100,
-        row(CfaRule::SpPlus(8), RegRule::AtCfa(-8), RegRule::SameValue),
-    );
+    let mut code = Fake::x86().row(CODE, CODE + 0x100, at_call());
     code.trampoline = Some(tramp);
     let (frames, _) = walk::<X86_64>(x86(CODE + 0x10, STACK, 0), true, &st, code);
     assert_eq!(frames[1].pc, tramp);
@@ -554,11 +529,7 @@ fn a_walk_end_through_a_row_that_reads_another_register_is_not_remembered() {
     // Two walks from the same pc, sp and frame pointer but another rbx find
     // different callers; the state of a remembered end holds no rbx.
     let code = Fake::x86()
-        .row(
-            CODE,
-            CODE + 0x100,
-            row(CfaRule::SpPlus(8), RegRule::AtCfa(-8), RegRule::SameValue),
-        )
+        .row(CODE, CODE + 0x100, at_call())
         .row(
             CODE + 0x100,
             CODE + 0x200,
@@ -568,11 +539,7 @@ fn a_walk_end_through_a_row_that_reads_another_register_is_not_remembered() {
                 RegRule::SameValue,
             ),
         )
-        .row(
-            CODE + 0x200,
-            CODE + 0x300,
-            row(CfaRule::SpPlus(8), RegRule::Undefined, RegRule::SameValue),
-        );
+        .row(CODE + 0x200, CODE + 0x300, outermost());
     let mut words = [0u64; 8];
     words[0] = CODE + 0x105;
     words[3] = CODE + 0x20a; // the return address for rbx = STACK + 16
@@ -635,11 +602,7 @@ fn a_walk_end_that_asked_memory_whether_a_pc_is_a_trampoline_is_not_remembered()
     // trampoline is decided by the memory there, which changes between the
     // walks (code mapped there by a JIT, say).
     const OUTSIDE: u64 = 0x9000_0000;
-    let code = Fake::x86().row(
-        CODE,
-        CODE + 0x100,
-        row(CfaRule::SpPlus(8), RegRule::AtCfa(-8), RegRule::SameValue),
-    );
+    let code = Fake::x86().row(CODE, CODE + 0x100, at_call());
     let st = stack(&[CODE + 0x105, 0, 0, OUTSIDE]);
     let map = OutsideCode {
         memo: Remembering::new(code.clone()),
