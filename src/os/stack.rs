@@ -37,15 +37,17 @@ pub fn current_altstack() -> Option<(u64, u64)> {
         .then(|| (ss.ss_sp as u64, ss.ss_sp as u64 + ss.ss_size as u64))
 }
 
+/// `sp`'s page, or `lo` if that is higher, if `sp` lies in `lo..hi`.
+#[inline(always)]
+fn sp_page_in(lo: u64, hi: u64, sp: u64) -> Option<u64> {
+    (sp >= lo && sp < hi).then(|| lo.max(sp & !(PAGE - 1)))
+}
+
 /// Where a known stack `lo..hi` is read from by a walk at `sp`: `sp`'s page
 /// if `sp` lies in it, else where it was.
 #[inline(always)]
 fn below_sp(lo: u64, hi: u64, sp: u64) -> u64 {
-    if sp >= lo && sp < hi {
-        lo.max(sp & !(PAGE - 1))
-    } else {
-        lo
-    }
+    sp_page_in(lo, hi, sp).unwrap_or(lo)
 }
 
 /// Where the registered stack `lo..hi` is read from by a walk whose first
@@ -59,11 +61,7 @@ fn below_sp(lo: u64, hi: u64, sp: u64) -> u64 {
 /// its own stack by probing pages instead.
 #[inline(always)]
 fn registered_from(lo: u64, hi: u64, sp: u64) -> u64 {
-    if sp >= lo && sp < hi {
-        lo.max(sp & !(PAGE - 1))
-    } else {
-        hi
-    }
+    sp_page_in(lo, hi, sp).unwrap_or(hi)
 }
 
 /// One stack range: `lo..hi` is known readable; `hi` may grow by probing
@@ -275,11 +273,10 @@ impl MemoryReader for LiveMemory {
     /// no copy, and every word is compared (no early exit to predict).
     #[inline]
     fn words_are(&self, addr: u64, expected: &[AtomicU64]) -> bool {
-        let len = expected.len() as u64 * 8;
         if expected.is_empty() {
             return true;
         }
-        if !self.covers(addr, len) {
+        if !self.covers(addr, expected.len() as u64 * 8) {
             return false;
         }
         let words = addr as *const u64;
