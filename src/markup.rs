@@ -275,13 +275,19 @@ impl<'s, S: Sink> Markup<'s, S> {
     /// assert_eq!(sink.as_bytes(), b"a_b_c_");
     /// ```
     pub fn sanitized(&mut self, b: &[u8]) -> &mut Self {
+        self.mapped(b, |c| match c {
+            b':' | b'{' | b'}' | 0..=0x1f | 0x7f => b'_',
+            _ => c,
+        })
+    }
+
+    /// `b` with each byte replaced by `f` of it, in order, through a small
+    /// buffer (no allocation).
+    fn mapped(&mut self, b: &[u8], mut f: impl FnMut(u8) -> u8) -> &mut Self {
         for chunk in b.chunks(64) {
             let mut out = [0u8; 64];
             for (o, &c) in out.iter_mut().zip(chunk) {
-                *o = match c {
-                    b':' | b'{' | b'}' | 0..=0x1f | 0x7f => b'_',
-                    _ => c,
-                };
+                *o = f(c);
             }
             self.sink.write(&out[..chunk.len()]);
         }
@@ -303,23 +309,18 @@ impl<'s, S: Sink> Markup<'s, S> {
     /// ```
     pub fn free_text(&mut self, b: &[u8]) -> &mut Self {
         let mut braces = 0;
-        for chunk in b.chunks(64) {
-            let mut out = [0u8; 64];
-            for (o, &c) in out.iter_mut().zip(chunk) {
-                braces = if c == b'{' { braces + 1 } else { 0 };
-                *o = match c {
-                    b'{' if braces >= 3 => {
-                        braces = 0;
-                        b'('
-                    }
-                    b'\t' => c,
-                    0..=0x1f | 0x7f => b'_',
-                    _ => c,
-                };
+        self.mapped(b, |c| {
+            braces = if c == b'{' { braces + 1 } else { 0 };
+            match c {
+                b'{' if braces >= 3 => {
+                    braces = 0;
+                    b'('
+                }
+                b'\t' => c,
+                0..=0x1f | 0x7f => b'_',
+                _ => c,
             }
-            self.sink.write(&out[..chunk.len()]);
-        }
-        self
+        })
     }
 
     /// A decimal number.
