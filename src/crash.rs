@@ -82,15 +82,36 @@ impl ReportTurn {
     /// Waits for the turn, for at most [`PANIC_WAIT_MS`]. A thread that
     /// holds it already (a panic inside its own report) goes on.
     pub(crate) fn take() -> ReportTurn {
-        let tid = gettid();
-        for _ in 0..PANIC_WAIT_MS {
-            match OWNER.compare_exchange(0, tid, SeqCst, SeqCst) {
-                Ok(_) => return ReportTurn(true),
-                Err(owner) if owner == tid => break,
-                Err(_) => sleep_ms(1),
+        ReportTurn(claim_turn(gettid(), Some(PANIC_WAIT_MS)) == Claim::Taken)
+    }
+}
+
+/// How waiting for the report turn ([`OWNER`]) ended.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Claim {
+    /// This thread holds it now.
+    Taken,
+    /// This thread held it already: it is inside its own report.
+    AlreadyMine,
+    /// Another thread held it for the whole wait.
+    TimedOut,
+}
+
+/// Waits for the report turn, polling every millisecond, for at most
+/// `max_ms` milliseconds (`None`: for as long as it takes).
+/// Async-signal-safe.
+fn claim_turn(tid: i32, max_ms: Option<u32>) -> Claim {
+    let mut waited = 0;
+    loop {
+        match OWNER.compare_exchange(0, tid, SeqCst, SeqCst) {
+            Ok(_) => return Claim::Taken,
+            Err(owner) if owner == tid => return Claim::AlreadyMine,
+            Err(_) if max_ms.is_some_and(|m| waited >= m) => return Claim::TimedOut,
+            Err(_) => {
+                sleep_ms(1);
+                waited += 1;
             }
         }
-        ReportTurn(false)
     }
 }
 
@@ -448,16 +469,10 @@ extern "C" fn on_crash(sig: c_int, info: *mut libc::siginfo_t, uc: *mut c_void) 
     PENDING.fetch_add(1, SeqCst);
     // One report at a time. A thread that crashes inside its own report
     // does not wait for itself: it skips straight to the original action.
-    loop {
-        match OWNER.compare_exchange(0, tid, SeqCst, SeqCst) {
-            Ok(_) => break,
-            Err(owner) if owner == tid => {
-                PENDING.fetch_sub(1, SeqCst);
-                restore_and_reraise(sig, code);
-                return;
-            }
-            Err(_) => sleep_ms(1),
-        }
+    if claim_turn(tid, None) == Claim::AlreadyMine {
+        PENDING.fetch_sub(1, SeqCst);
+        restore_and_reraise(sig, code);
+        return;
     }
     let mut args = ReportArgs { sig, info, uc };
     // SAFETY: this thread owns OWNER, so it alone uses the crash stack and
