@@ -63,16 +63,25 @@ impl QuietSigpipe {
         // SAFETY: signal-set calls on local sets; pthread_sigmask and
         // sigpending only change or report the calling thread's signals.
         unsafe {
-            let mut set: libc::sigset_t = core::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, libc::SIGPIPE);
             let mut old: libc::sigset_t = core::mem::zeroed();
-            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &sigpipe_only(), &mut old);
             QuietSigpipe {
                 old,
                 was_pending: sigpipe_pending(),
             }
         }
+    }
+}
+
+/// The signal set holding `SIGPIPE` alone.
+#[cfg(any(target_os = "linux", target_os = "macos"))]
+fn sigpipe_only() -> libc::sigset_t {
+    // SAFETY: fills a local set.
+    unsafe {
+        let mut set: libc::sigset_t = core::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGPIPE);
+        set
     }
 }
 
@@ -93,9 +102,7 @@ impl Drop for QuietSigpipe {
             // SAFETY: takes the pending SIGPIPE, which is blocked, off the
             // queue without waiting; then restores the caller's mask.
             unsafe {
-                let mut set: libc::sigset_t = core::mem::zeroed();
-                libc::sigemptyset(&mut set);
-                libc::sigaddset(&mut set, libc::SIGPIPE);
+                let set = sigpipe_only();
                 #[cfg(target_os = "linux")]
                 {
                     let now = libc::timespec {
