@@ -226,7 +226,6 @@ unsafe fn timer_overrun(info: *const libc::siginfo_t) -> u64 {
 }
 
 extern "C" fn on_sigprof(_sig: c_int, info: *mut libc::siginfo_t, uc: *mut c_void) {
-    let errno = std::io::Error::last_os_error().raw_os_error();
     // A thread timer that expired again while its signal was pending (the
     // thread waited for a CPU) gives one signal for several periods: those
     // samples are lost, and counted.
@@ -236,13 +235,7 @@ extern "C" fn on_sigprof(_sig: c_int, info: *mut libc::siginfo_t, uc: *mut c_voi
         RING.missed.fetch_add(overrun, Relaxed);
     }
     // SAFETY: `uc` comes from the kernel.
-    unsafe { record(uc) };
-    // The interrupted code may be between a failing call and its errno
-    // check: put errno back as it was.
-    if let Some(e) = errno {
-        // SAFETY: __errno_location is this thread's errno.
-        unsafe { *libc::__errno_location() = e };
-    }
+    crate::os::linux::keeping_errno(|| unsafe { record(uc) });
 }
 
 /// Starts sampling every thread at `hz` samples per second of CPU time
