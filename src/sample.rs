@@ -532,9 +532,10 @@ mod tests {
     use super::*;
     use std::io::{Read, Seek, SeekFrom};
 
-    /// Whether the page holding `addr` is present and mapped by this
-    /// process alone (a written page, not the shared zero page), from
-    /// `/proc/self/pagemap` (bits 63 and 56, readable without privileges).
+    /// Whether the page holding `addr` has been written: present and mapped
+    /// by this process alone (not the shared zero page), or swapped out
+    /// (the zero page never is), from `/proc/self/pagemap` (bits 63, 56
+    /// and 62, readable without privileges).
     fn written(pagemap: &mut std::fs::File, addr: usize) -> bool {
         let mut e = [0u8; 8];
         pagemap
@@ -542,24 +543,54 @@ mod tests {
             .unwrap();
         pagemap.read_exact(&mut e).unwrap();
         let e = u64::from_ne_bytes(e);
-        e & (1 << 63) != 0 && e & (1 << 56) != 0
+        (e & (1 << 63) != 0 && e & (1 << 56) != 0) || e & (1 << 62) != 0
     }
 
+    const CHILD: &str = "STACKMARK_PREFAULT_CHECK";
+
+    /// The check runs in a fresh copy of this test binary running only this
+    /// test: other tests here fork (which shares every page with the child
+    /// for a while) and take samples (which writes ring pages, and would
+    /// hide a page the prefault missed).
     #[test]
     fn starting_writes_every_page_of_the_ring_so_the_handler_never_faults_one_in() {
+        if std::env::var_os(CHILD).is_none() {
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "sample::tests::starting_writes_every_page_of_the_ring_so_the_handler_never_faults_one_in",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(CHILD, "1")
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success() && text.contains("1 passed"),
+                "{text}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            return;
+        }
         let Ok(mut pagemap) = std::fs::File::open("/proc/self/pagemap") else {
             return; // no procfs: nothing to check against
         };
-        prefault_ring();
         let start = RING.slots.as_ptr() as usize;
         let end = start + core::mem::size_of_val(&RING.slots);
         let pages: Vec<usize> = (start / 4096..=(end - 1) / 4096)
             .map(|p| (p * 4096).max(start))
             .collect();
+        // Proves the check can fail: before the prefault, the ring's pages
+        // (in .bss, and never touched yet in this fresh process) are not
+        // all written.
+        let before = pages.iter().filter(|&&p| written(&mut pagemap, p)).count();
+        assert!(before < pages.len(), "{before} of {} pages", pages.len());
+        prefault_ring();
         let mut unwritten: Vec<usize> = pages.clone();
         // A written page can read as absent for a moment, while the kernel
-        // migrates it (compaction): look again at those, a few times.
-        for _ in 0..5 {
+        // migrates it (compaction): look again at those, for up to a second.
+        for _ in 0..50 {
             unwritten.retain(|&p| !written(&mut pagemap, p));
             if unwritten.is_empty() {
                 break;
