@@ -32,12 +32,26 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
   stage "installing Debian packages: ${missing[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+  # A mirror that fails once (a reset connection, a mirror being synced)
+  # must not fail the run: apt retries each download, and the whole step is
+  # tried three times.
+  for attempt in 1 2 3; do
+    if $SUDO apt-get -o Acquire::Retries=3 update -qq &&
+      DEBIAN_FRONTEND=noninteractive $SUDO apt-get -o Acquire::Retries=3 \
+        install -y -qq "${missing[@]}" >/dev/null; then
+      break
+    fi
+    [ "$attempt" -lt 3 ] || exit 1
+    stage "installing Debian packages failed (attempt $attempt); trying again in 20 s"
+    sleep 20
+  done
 fi
 installed_targets=$(rustup target list --installed)
 for t in aarch64-unknown-linux-gnu x86_64-apple-darwin aarch64-apple-darwin; do
-  grep -qx "$t" <<<"$installed_targets" || rustup target add "$t"
+  grep -qx "$t" <<<"$installed_targets" || rustup target add "$t" || {
+    sleep 20
+    rustup target add "$t"
+  }
 done
 rustup component list --installed | grep -q '^clippy' || rustup component add clippy
 rustup component list --installed | grep -q '^rustfmt' || rustup component add rustfmt
