@@ -120,7 +120,8 @@ pub fn walk_here(out: &mut [Frame]) -> usize {
 #[inline(always)]
 pub fn capture_here() -> (Regs, bool) {
     let mut regs = capture();
-    let precise = crate::arch::native::call_site(&mut regs);
+    // SAFETY: `regs` comes straight from `capture`.
+    let precise = unsafe { crate::arch::native::call_site(&mut regs) };
     (regs, precise)
 }
 

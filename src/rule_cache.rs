@@ -33,7 +33,7 @@ pub fn get(pc: u64, generation: u64) -> Option<Lookup> {
 }
 
 /// Remembers the lookup for `pc` in table generation `generation`.
-pub fn put(pc: u64, generation: u64, lookup: &Lookup) {
+pub(crate) fn put(pc: u64, generation: u64, lookup: &Lookup) {
     if let Some(w) = pack(lookup) {
         CACHE.put(pc, generation, w);
     }

@@ -34,7 +34,7 @@ pub fn get(start: u64, generation: u64, words: &mut [u64; SCAN_MEMO_WORDS]) -> O
 
 /// Remembers the words a scan from `start` read, the last one taken
 /// (at most [`SCAN_MEMO_WORDS`]; longer scans are not remembered).
-pub fn put(start: u64, generation: u64, words: &[u64]) {
+pub(crate) fn put(start: u64, generation: u64, words: &[u64]) {
     if words.is_empty() || words.len() > SCAN_MEMO_WORDS {
         return;
     }

@@ -17,7 +17,7 @@ pub fn get(key: u64, generation: u64) -> Option<Hot> {
 }
 
 /// Remembers `hot` for `key` in table generation `generation`.
-pub fn put(key: u64, generation: u64, hot: Hot) {
+pub(crate) fn put(key: u64, generation: u64, hot: Hot) {
     CACHE.put(key, generation, hot.pack());
 }
 

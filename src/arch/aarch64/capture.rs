@@ -40,14 +40,21 @@ pub fn capture() -> Regs {
 /// Moves a captured pc from the return address back to the branch-and-link
 /// that called the capture routine (every instruction is 4 bytes), so frame
 /// 0 names the exact instruction. Returns whether the pc was moved.
-pub fn call_site(regs: &mut Regs) -> bool {
+///
+/// # Safety
+/// `regs` must be what [`capture`] returned, unchanged: its pc is then a
+/// return address into code that is running, so the bytes before it (and,
+/// on x86_64, the GOT slot a `call [rip + disp32]` there names) are mapped.
+/// Any other pc may make this read unmapped memory.
+pub unsafe fn call_site(regs: &mut Regs) -> bool {
     use crate::arch::Arch;
     let ra = regs.pc;
     if ra < 8 {
         return false;
     }
-    // SAFETY: the 8 bytes before the return address belong to the calling
-    // function's code, which is executing and so mapped.
+    // SAFETY: by the caller's contract, the 8 bytes before the return
+    // address belong to the calling function's code, which is executing
+    // and so mapped.
     let code: [u8; 8] = unsafe { core::ptr::read_unaligned((ra - 8) as *const [u8; 8]) };
     if !super::Aarch64::ends_with_call(&code) {
         return false;

@@ -46,14 +46,21 @@ pub fn capture() -> Regs {
 /// calls) and `call [rip + disp32]`, each checked to target the capture
 /// routine. Returns whether the pc was moved; if not it stays a return
 /// address.
-pub fn call_site(regs: &mut Regs) -> bool {
+///
+/// # Safety
+/// `regs` must be what [`capture`] returned, unchanged: its pc is then a
+/// return address into code that is running, so the bytes before it (and,
+/// on x86_64, the GOT slot a `call [rip + disp32]` there names) are mapped.
+/// Any other pc may make this read unmapped memory.
+pub unsafe fn call_site(regs: &mut Regs) -> bool {
     let ra = regs.rip;
     let target = capture_into as *const () as u64;
     if ra < 6 {
         return false;
     }
-    // SAFETY: the 6 bytes before the return address belong to the calling
-    // function's code, which is executing and so mapped.
+    // SAFETY: by the caller's contract, the 6 bytes before the return
+    // address belong to the calling function's code, which is executing
+    // and so mapped.
     let code: [u8; 6] = unsafe { core::ptr::read_unaligned((ra - 6) as *const [u8; 6]) };
     let disp = i64::from(i32::from_le_bytes([code[2], code[3], code[4], code[5]]));
     let start = if code[1] == 0xe8 && ra.wrapping_add(disp as u64) == target {
