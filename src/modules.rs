@@ -226,6 +226,8 @@ pub struct Table {
     dropped: usize,
     trampolines: [u64; MAX_TRAMPOLINES],
     trampoline_count: usize,
+    /// The program's entry point (`AT_ENTRY`), 0 where unknown.
+    entry: u64,
     generation: u64,
 }
 
@@ -240,6 +242,7 @@ impl Table {
         dropped: 0,
         trampolines: [0; MAX_TRAMPOLINES],
         trampoline_count: 0,
+        entry: 0,
         generation: 0,
     };
 
@@ -269,6 +272,7 @@ impl Table {
         self.count = 0;
         self.dropped = 0;
         self.trampoline_count = 0;
+        self.entry = 0;
     }
 
     /// Appends a module; returns `false` (and counts it as dropped) when full.
@@ -288,6 +292,17 @@ impl Table {
             self.trampolines[self.trampoline_count] = pc;
             self.trampoline_count += 1;
         }
+    }
+
+    /// Records the program's entry point, which [`CodeMap::follows_call`]
+    /// never takes for a return address.
+    pub fn set_entry(&mut self, pc: u64) {
+        self.entry = pc;
+    }
+
+    /// The program's entry point, 0 where unknown.
+    pub fn entry(&self) -> u64 {
+        self.entry
     }
 
     /// Whether `pc` is a known signal-return trampoline.
@@ -526,7 +541,17 @@ impl CodeMap for Table {
 
     /// Remembered in the rule cache: stack scanning asks this of the same
     /// words walk after walk, and each answer costs a checked read.
+    ///
+    /// The program's entry point is never taken for a return address, even
+    /// where the function linked before it ends in a call (to a function
+    /// that does not return, so no live frame returns there): the dynamic
+    /// linker leaves the entry point in a callee-saved register, which
+    /// glibc's start code saves on the stack, and a scan would otherwise
+    /// report that function between `__libc_start_main` and `_start`.
     fn follows_call<A: crate::arch::Arch>(&self, ra: u64) -> bool {
+        if ra == self.entry {
+            return false;
+        }
         // The high bit keeps these keys apart from lookups, which never
         // cache a pc that has it (no user address does).
         let key = ra | FOLLOWS_CALL_KEY;
@@ -850,6 +875,31 @@ mod tests {
         assert!(t.follows_call::<Native>(b));
         assert!(t.follows_call::<Native>(b), "and again, from the cache");
         assert_eq!(t.lookup(a), Lookup::NoInfo);
+    }
+
+    #[test]
+    fn the_programs_entry_point_is_never_taken_for_a_return_address() {
+        use crate::arch::Native;
+        use crate::walk::CodeMap;
+        // A function that ends in a call (x86_64's e8, AArch64's bl), with
+        // the entry point right after it, as lld may lay out `_start`.
+        let mut code = [0u8; 64];
+        code[24..32].copy_from_slice(&[0, 0, 0, 0xe8, 0, 0, 0, 0x94]);
+        let base = code.as_ptr() as u64;
+        let entry = base + 32;
+        let mut t = Box::new(Table::EMPTY);
+        t.push(module(b"start", &[(base, base + 64)], &[]));
+        t.finish(0x5eed_0064);
+        assert!(t.follows_call::<Native>(entry), "a call precedes it");
+        t.clear();
+        t.push(module(b"start", &[(base, base + 64)], &[]));
+        t.finish(0x5eed_0065);
+        t.set_entry(entry);
+        assert_eq!(t.entry(), entry);
+        assert!(!t.follows_call::<Native>(entry));
+        assert!(!t.follows_call::<Native>(entry), "and again, after caching");
+        t.clear();
+        assert_eq!(t.entry(), 0, "a refill starts without one");
     }
 
     /// The README states the table's fixed memory; keep it honest.

@@ -146,6 +146,40 @@ fn crash_report_symbolizes_to_the_call_chain_and_faulting_line() {
     );
 }
 
+/// Where the example's entry point (`_start`) was loaded in the run whose
+/// report is `text`: its `e_entry`, placed by module 0's first mapping.
+fn entry_in_run(bin: &str, text: &str) -> u64 {
+    use object::Object;
+    let data = std::fs::read(common::examples_dir().join(bin)).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    let first = text
+        .lines()
+        .find_map(|l| l.strip_prefix("{{{mmap:"))
+        .filter(|l| l.contains(":load:0:"))
+        .expect("module 0 is mapped first");
+    let fields: Vec<&str> = first.trim_end_matches("}}}").split(':').collect();
+    let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap();
+    hex(fields[0]) - hex(fields[5]) + file.entry()
+}
+
+/// glibc's start code keeps the entry point, which the dynamic linker left
+/// in a callee-saved register, on the stack: a scan must not report the
+/// function linked before `_start` as a caller because of it.
+#[test]
+fn the_programs_entry_point_is_never_reported_as_a_frame() {
+    let out = run_example("crash", &["segv"]);
+    let text = String::from_utf8_lossy(&out.stderr);
+    let entry = entry_in_run("crash", &text);
+    let frames: Vec<u64> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("{{{bt:"))
+        .filter_map(|l| l.split(':').nth(1))
+        .map(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).unwrap())
+        .collect();
+    assert!(frames.len() > 6, "{text}");
+    assert!(!frames.contains(&entry), "entry {entry:#x} in {text}");
+}
+
 #[test]
 fn panic_report_symbolizes_to_the_panicking_function_and_main() {
     let out = run_example("panic", &["main"]);

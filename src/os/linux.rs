@@ -758,6 +758,8 @@ pub fn refresh() -> Result<u64, RefreshError> {
             }
             new.finish(0);
             signal_trampolines(new);
+            // SAFETY: getauxval only reads the auxiliary vector.
+            new.set_entry(unsafe { libc::getauxval(libc::AT_ENTRY) });
         },
         |m| release_copy(m.sframe_copy),
     )
