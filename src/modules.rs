@@ -12,7 +12,7 @@
 //! are only read through a checked copy (see [`crate::os`]).
 
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 
 use crate::formats::compact_unwind::UnwindInfo;
 use crate::formats::elf::{PF_R, PF_W, PF_X};
@@ -229,6 +229,10 @@ pub struct Table {
     /// The program's entry point (`AT_ENTRY`), 0 where unknown.
     entry: u64,
     generation: u64,
+    /// What keys this table's answers in the shared caches: unique to each
+    /// [`Table::finish`], so two tables never share an answer, whatever
+    /// generations their builders gave them; 0 (uncached) until finished.
+    cache_gen: u64,
 }
 
 impl Table {
@@ -244,6 +248,7 @@ impl Table {
         trampoline_count: 0,
         entry: 0,
         generation: 0,
+        cache_gen: 0,
     };
 
     /// The modules, in discovery order.
@@ -273,6 +278,7 @@ impl Table {
         self.dropped = 0;
         self.trampoline_count = 0;
         self.entry = 0;
+        self.cache_gen = 0;
     }
 
     /// Appends a module; returns `false` (and counts it as dropped) when full.
@@ -333,6 +339,7 @@ impl Table {
             self.reach[k] = reach;
         }
         self.generation = generation;
+        self.cache_gen = next_cache_gen();
     }
 
     /// The module whose executable segments hold `addr`.
@@ -398,7 +405,7 @@ impl Table {
         // caches it itself. A cold walk's first sight of each pc then pays
         // for one cache, not two.
         let hot = crate::walk::fast::classify_at(self, key, &self.lookup_uncached(key));
-        crate::step_cache::put(key, self.generation, hot);
+        crate::step_cache::put(key, self.cache_gen, hot);
         hot
     }
 
@@ -429,6 +436,18 @@ impl Table {
     }
 }
 
+/// The next cache generation: never 0 (which nothing caches under) in its
+/// low 32 bits, the part the caches compare.
+fn next_cache_gen() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    loop {
+        let g = NEXT.fetch_add(1, Relaxed);
+        if g & 0xffff_ffff != 0 {
+            return g;
+        }
+    }
+}
+
 /// The bit that marks `follows_call`'s keys in the rule cache.
 const FOLLOWS_CALL_KEY: u64 = 1 << 63;
 
@@ -441,17 +460,17 @@ impl CodeMap for Table {
         if pc & FOLLOWS_CALL_KEY != 0 {
             return self.lookup_uncached(pc);
         }
-        if let Some(hit) = crate::rule_cache::get(pc, self.generation) {
+        if let Some(hit) = crate::rule_cache::get(pc, self.cache_gen) {
             return hit;
         }
         let found = self.lookup_uncached(pc);
-        crate::rule_cache::put(pc, self.generation, &found);
+        crate::rule_cache::put(pc, self.cache_gen, &found);
         found
     }
 
-    /// The table's generation, which keys the hot path's cache.
+    /// What keys this table's answers in the hot path's cache.
     fn hot_context(&self) -> u64 {
-        self.generation
+        self.cache_gen
     }
 
     /// Served from the hot path's cache ([`crate::step_cache`]); a miss
@@ -519,11 +538,11 @@ impl CodeMap for Table {
         start: u64,
         words: &mut [u64; crate::walk::SCAN_MEMO_WORDS],
     ) -> Option<usize> {
-        crate::scan_cache::get(start, self.generation, words)
+        crate::scan_cache::get(start, self.cache_gen, words)
     }
 
     fn remember_scan(&self, start: u64, words: &[u64]) {
-        crate::scan_cache::put(start, self.generation, words);
+        crate::scan_cache::put(start, self.cache_gen, words);
     }
 
     #[inline(always)]
@@ -532,11 +551,11 @@ impl CodeMap for Table {
         key: u64,
         take: impl FnOnce(&[core::sync::atomic::AtomicU64; crate::walk::END_WORDS]) -> R,
     ) -> Option<R> {
-        crate::end_cache::get_with(key, self.generation, take)
+        crate::end_cache::get_with(key, self.cache_gen, take)
     }
 
     fn remember_end(&self, key: u64, words: &[u64; crate::walk::END_WORDS]) {
-        crate::end_cache::put(key, self.generation, words, crate::walk::end::used);
+        crate::end_cache::put(key, self.cache_gen, words, crate::walk::end::used);
     }
 
     /// Remembered in the rule cache: stack scanning asks this of the same
@@ -555,13 +574,13 @@ impl CodeMap for Table {
         // The high bit keeps these keys apart from lookups, which never
         // cache a pc that has it (no user address does).
         let key = ra | FOLLOWS_CALL_KEY;
-        if let Some(hit) = crate::rule_cache::get(key, self.generation) {
+        if let Some(hit) = crate::rule_cache::get(key, self.cache_gen) {
             return hit == Lookup::NoInfo;
         }
         let mut before = [0u8; 8];
         let yes = ra >= 8 && self.read_code(ra - 8, &mut before) && A::ends_with_call(&before);
         let answer = if yes { Lookup::NoInfo } else { Lookup::Outside };
-        crate::rule_cache::put(key, self.generation, &answer);
+        crate::rule_cache::put(key, self.cache_gen, &answer);
         yes
     }
 
@@ -900,6 +919,28 @@ mod tests {
         assert!(!t.follows_call::<Native>(entry), "and again, after caching");
         t.clear();
         assert_eq!(t.entry(), 0, "a refill starts without one");
+    }
+
+    #[test]
+    fn tables_given_the_same_generation_never_share_cached_answers() {
+        use crate::walk::CodeMap;
+        let pc = 0x5a5a_0010;
+        let mut a = Box::new(Table::EMPTY);
+        a.push(module(b"a", &[(0x5a5a_0000, 0x5a5a_1000)], &[]));
+        a.finish(0x0a0d_17);
+        let mut b = Box::new(Table::EMPTY);
+        b.finish(0x0a0d_17);
+        assert_eq!(a.generation(), b.generation());
+        assert_eq!(a.lookup(pc), Lookup::NoInfo);
+        assert_eq!(b.lookup(pc), Lookup::Outside, "not a's cached answer");
+        assert_eq!(a.lookup(pc), Lookup::NoInfo, "nor the other way round");
+        // Finished again, a table starts afresh in the caches too.
+        let before = a.hot_context();
+        a.finish(0x0a0d_17);
+        assert_ne!(a.hot_context(), before);
+        assert_ne!(a.hot_context() & 0xffff_ffff, 0);
+        // Unfinished, nothing is cached for it.
+        assert_eq!(Table::EMPTY.hot_context(), 0);
     }
 
     /// The README states the table's fixed memory; keep it honest.

@@ -46,7 +46,8 @@ impl<const N: usize, const W: usize> SeqCache<N, W> {
     }
 
     /// The words cached for `key` in table generation `generation`, if
-    /// any. Generation 0 never hits (the empty entries carry it).
+    /// any. Generation 0 (low 32 bits) never hits: the empty entries carry
+    /// it, and nothing is stored under it.
     #[inline(always)]
     pub(crate) fn get(&self, key: u64, generation: u64) -> Option<[u64; W]> {
         self.get_with(key, generation, |words| {
@@ -64,6 +65,9 @@ impl<const N: usize, const W: usize> SeqCache<N, W> {
         generation: u64,
         read: impl FnOnce(&[AtomicU64; W]) -> R,
     ) -> Option<R> {
+        if generation & LOW == 0 {
+            return None;
+        }
         let e = self.slot(key);
         let s1 = e.seq.load(Acquire);
         if s1 & 1 != 0 || s1 >> 32 != generation & LOW || e.key.load(Relaxed) != key {
@@ -83,6 +87,9 @@ impl<const N: usize, const W: usize> SeqCache<N, W> {
     /// [`Self::put`] of the first `words.len()` words only; the rest keep
     /// whatever they held (for entries whose head says how much is used).
     pub(crate) fn put_prefix(&self, key: u64, generation: u64, words: &[u64]) {
+        if generation & LOW == 0 {
+            return;
+        }
         let e = self.slot(key);
         let s = e.seq.load(Relaxed);
         if s & 1 != 0 {
@@ -149,6 +156,17 @@ mod tests {
             );
             assert_eq!(CACHE.get(key + 1, 7), None);
         }
+    }
+
+    #[test]
+    fn generation_0_never_hits_an_empty_entry_and_stores_nothing() {
+        static FRESH: SeqCache<64, 2> = SeqCache::new();
+        assert_eq!(FRESH.get(0, 0), None, "an empty entry: key 0, generation 0");
+        assert_eq!(FRESH.get(0, 1 << 32), None);
+        FRESH.put(0x4000, 0, [5, 6]);
+        assert_eq!(FRESH.get(0x4000, 0), None);
+        FRESH.put(0x4000, 3, [5, 6]);
+        assert_eq!(FRESH.get(0x4000, 3), Some([5, 6]));
     }
 
     #[test]
