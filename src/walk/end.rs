@@ -416,6 +416,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             pending: self.pending,
             depth: self.depth,
             scans_in_a_row: self.scans_in_a_row,
+            signal_frames: self.signal_frames,
             last_code: core::cell::Cell::new(self.last_code.get()),
             next_hot: None,
             stop: self.stop,
@@ -442,6 +443,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
         self.pending = sub.pending;
         self.depth = sub.depth;
         self.scans_in_a_row = sub.scans_in_a_row;
+        self.signal_frames = sub.signal_frames;
         self.stop = sub.stop;
         self.next_hot = None;
         let log = rec.log.into_inner();
@@ -453,11 +455,14 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             // Depends on the depth, not on the state: try again later.
             None
         } else {
+            // With no signal frames left to cross, a trampoline was
+            // stepped as other code: not what a replay may assume.
+            let budget_ok = self.signal_frames < super::MAX_SIGNAL_FRAMES;
             let methods_ok = out[1..n]
                 .iter()
                 .all(|f| method_from(method_code(f.method)).is_some());
             Some(
-                if exact && methods_ok && !log.spoiled && !noting.spoiled.get() {
+                if exact && methods_ok && budget_ok && !log.spoiled && !noting.spoiled.get() {
                     self.entry(state, &out[..n], &log)
                 } else {
                     None

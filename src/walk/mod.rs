@@ -416,6 +416,13 @@ impl Default for WalkOptions {
     }
 }
 
+/// How many signal frames one walk crosses at most. A signal frame is the
+/// one step that may move the stack pointer down (the handler may run on
+/// an alternate stack), so without a bound a ucontext that names its own
+/// trampoline would repeat until the depth limit; real nesting of handlers
+/// interrupted by further signals stays far below it.
+pub const MAX_SIGNAL_FRAMES: u8 = 16;
+
 /// Why a walk ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StopReason {
@@ -447,6 +454,8 @@ pub struct Walker<A: Arch, M, C> {
     depth: usize,
     /// Frames found by scanning in a row, up to the current one.
     scans_in_a_row: usize,
+    /// Signal frames crossed so far ([`MAX_SIGNAL_FRAMES`] at most).
+    signal_frames: u8,
     /// The executable range the last accepted return address fell in.
     last_code: core::cell::Cell<(u64, u64)>,
     /// The hot path's answer for the pending frame's lookup pc, found when
@@ -477,6 +486,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             pending: Some(first),
             depth: 0,
             scans_in_a_row: 0,
+            signal_frames: 0,
             last_code: core::cell::Cell::new((0, 0)),
             next_hot: None,
             stop: StopReason::Running,
@@ -489,7 +499,9 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
         self.stop
     }
 
-    /// The registers of the frame most recently returned.
+    /// The registers recovered for the next frame the walk will return
+    /// (the caller of the frame most recently returned); before the first
+    /// frame, the registers the walk started from.
     pub fn regs(&self) -> &A::Regs {
         &self.regs
     }
@@ -563,16 +575,34 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
         self.code.follows_call::<A>(pc)
     }
 
-    /// Applies an SP-based row when the current sp is only a lower bound:
-    /// tries each higher stack slot as the sp and keeps the first whose
-    /// recovered return address follows a call.
-    fn step_sframe_inexact_sp(&self, row: &Row, cur: &Frame) -> Option<A::Regs> {
+    /// Applies an SP-based row when the current sp is only a lower bound
+    /// (after a frame-pointer step on AArch64, whose frame record need not
+    /// sit at the top of the frame).
+    ///
+    /// Where the row saves the frame pointer, the frame pointer the walk
+    /// holds (from the chain) names the slot it was saved in, which fixes
+    /// the CFA: that sp is taken first, as SFrame. Otherwise each higher
+    /// stack slot is tried as the sp, and the first whose return address
+    /// follows a call is taken: a search, so its frame is marked as a scan.
+    fn step_sframe_inexact_sp(&self, row: &Row, cur: &Frame) -> Option<(A::Regs, Method)> {
         const SEARCH_WORDS: u64 = 64;
-        (0..SEARCH_WORDS).find_map(|k| {
-            let regs = A::with_sp(&self.regs, A::sp(&self.regs).checked_add(k * 8)?);
+        let lowest = A::sp(&self.regs);
+        let try_sp = |sp: u64| {
+            let regs = A::with_sp(&self.regs, sp);
             let next = A::step_sframe(row, &regs, &self.mem, false).ok()?;
             (self.accept(cur, &next) && self.after_call(A::pc(&next))).then_some(next)
-        })
+        };
+        if let (RegRule::AtCfa(fp_off), CfaRule::SpPlus(cfa_off)) = (row.fp, row.cfa) {
+            let sp = A::fp(&self.regs)
+                .checked_sub_signed(i64::from(fp_off))
+                .and_then(|cfa| cfa.checked_sub_signed(i64::from(cfa_off)));
+            if let Some(sp) = sp.filter(|&sp| sp >= lowest && sp - lowest < SEARCH_WORDS * 8) {
+                if let Some(next) = try_sp(sp) {
+                    return Some((next, Method::SFrame));
+                }
+            }
+        }
+        (0..SEARCH_WORDS).find_map(|k| Some((try_sp(lowest.checked_add(k * 8)?)?, Method::Scan)))
     }
 
     /// Returns frames into `out` for as long as the hot path finds their
@@ -646,11 +676,13 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
                 self.code.is_known_trampoline(cur.pc) || self.code.is_sigreturn::<A>(cur.pc)
             }
         };
-        if trampoline {
+        if trampoline && self.signal_frames < MAX_SIGNAL_FRAMES {
             if let Ok(next) = A::signal_frame_regs(&regs, &self.mem) {
                 // The handler may run on an alternate stack, below or above
-                // the interrupted one: no sp ordering across a signal frame.
+                // the interrupted one: no sp ordering across a signal frame,
+                // so the number crossed is what bounds the walk.
                 if A::pc(&next) != 0 && A::sp(&next) != 0 {
+                    self.signal_frames += 1;
                     self.mem.enter_stack(A::sp(&next));
                     return Ok((next, Method::SignalFrame, true));
                 }
@@ -664,8 +696,8 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
                     }
                     let sp_based = matches!(row.cfa, CfaRule::SpPlus(_));
                     if !sp_exact::<A>(cur.method) && sp_based {
-                        if let Some(next) = self.step_sframe_inexact_sp(&row, cur) {
-                            return Ok((next, Method::SFrame, false));
+                        if let Some((next, method)) = self.step_sframe_inexact_sp(&row, cur) {
+                            return Ok((next, method, false));
                         }
                     } else {
                         let ra_in_register = row.ra == RegRule::SameValue && ra_in_register_ok;
@@ -705,22 +737,34 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
         }
         if self.opts.use_frame_pointers {
             if let Ok(next) = A::step_frame_pointer(&regs, &self.mem) {
+                // A zero return address ends the walk only under a frame
+                // pointer the walk has reason to trust: in an interrupted or
+                // first frame, or after a scan, the register may be any
+                // pointer (to a zeroed buffer, say), and a scan may still
+                // find the caller.
+                let guessed_fp = matches!(
+                    cur.method,
+                    Method::Context | Method::SignalFrame | Method::Scan
+                );
                 if A::pc(&next) == 0 {
-                    return Err(StopReason::ReturnAddressZero);
-                }
-                if self.accept(cur, &next) {
+                    if !guessed_fp {
+                        return Err(StopReason::ReturnAddressZero);
+                    }
+                } else if self.accept(cur, &next) {
                     return Ok((next, Method::FramePointer, false));
                 }
             }
         }
-        if self.scans_in_a_row >= self.opts.max_scans_in_a_row {
-            return Err(StopReason::NoValidCaller);
-        }
         // A frame pointer of 0 reached through the frame-pointer chain is
         // the ABI's end marker (`_start` and new threads clear it): this is
         // the outermost frame, and scanning past it only finds stale words.
+        // Checked before the scan limit, so the reason does not depend on
+        // how scanning was turned off.
         if cur.method == Method::FramePointer && A::fp(&regs) == 0 {
             return Err(StopReason::Outermost);
+        }
+        if self.scans_in_a_row >= self.opts.max_scans_in_a_row {
+            return Err(StopReason::NoValidCaller);
         }
         self.scan_stack(cur).ok_or(StopReason::NoValidCaller)
     }

@@ -643,3 +643,188 @@ fn a_depth_limit_of_zero_gives_no_frame() {
         walk_with::<X86_64>(x86(CODE + 0x10, STACK, 0), true, &st, Fake::x86(), opts);
     assert_eq!((frames.len(), stop), (0, StopReason::DepthLimit));
 }
+
+#[test]
+fn a_signal_frame_that_names_its_own_trampoline_is_crossed_a_bounded_number_of_times() {
+    // Frame 0 returns into a known trampoline whose ucontext names the
+    // trampoline again, one word up: each signal step lowers nothing, and
+    // without a bound the walk would repeat to its depth limit.
+    use x86_64::ucontext_offsets as o;
+    let tramp = CODE + 0x300;
+    let mut words = vec![0u64; 64];
+    words[0] = tramp;
+    let uc = 8u64;
+    words[((uc + o::RIP) / 8) as usize] = tramp;
+    words[((uc + o::RSP) / 8) as usize] = STACK + uc;
+    let st = stack(&words);
+    let mut code = Fake::x86().row(CODE, CODE + 0x100, at_call());
+    code.trampoline = Some(tramp);
+    for fast_path in [true, false] {
+        let opts = WalkOptions {
+            max_depth: 10_000,
+            fast_path,
+            ..Default::default()
+        };
+        let (frames, stop) =
+            walk_with::<X86_64>(x86(CODE + 0x10, STACK, 0), true, &st, code.clone(), opts);
+        let signal = frames
+            .iter()
+            .filter(|f| f.method == Method::SignalFrame)
+            .count();
+        assert_eq!(signal, usize::from(MAX_SIGNAL_FRAMES), "{frames:x?}");
+        assert!(frames.len() < 2 * usize::from(MAX_SIGNAL_FRAMES) + 4);
+        assert_ne!(stop, StopReason::DepthLimit);
+    }
+}
+
+#[test]
+fn aarch64_an_inexact_sp_is_fixed_by_the_frame_record_the_chain_points_at() {
+    // Frame 0 has no row; its frame record (x29 = STACK+0x20) returns into
+    // F1, whose sp is then only bounded below (STACK+0x30). F1's row:
+    // CFA = sp + 32, RA at CFA-8, FP at CFA-16, so its record sits at the
+    // x29 frame 0 saved (STACK+0x50) and its real sp is STACK+0x40. A stale
+    // return address lies lower, at STACK+0x48, in F1's locals.
+    let f1 = row(CfaRule::SpPlus(32), RegRule::AtCfa(-8), RegRule::AtCfa(-16));
+    let code = Fake::a64().row(CODE + 0x100, CODE + 0x200, f1);
+    let mut w = [0u64; 16];
+    w[0x20 / 8] = STACK + 0x50;
+    w[0x28 / 8] = CODE + 0x104;
+    w[0x48 / 8] = CODE + 0x3f8;
+    w[0x50 / 8] = 0;
+    w[0x58 / 8] = CODE + 0x208;
+    let st = stack(&w);
+    let regs = a64(CODE + 0x10, STACK, STACK + 0x20, 0);
+    let opts = WalkOptions {
+        scan_words: 0,
+        ..Default::default()
+    };
+    let (frames, _) = walk_with::<Aarch64>(regs, true, &st, code.clone(), opts);
+    assert_eq!(frames[1].method, Method::FramePointer);
+    assert_eq!(
+        (frames[2].pc, frames[2].sp, frames[2].method),
+        (CODE + 0x208, STACK + 0x60, Method::SFrame),
+        "{frames:x?}"
+    );
+    // A row that does not save the frame pointer leaves only the search
+    // over stack slots: its frame is marked as a scan.
+    let f1 = row(CfaRule::SpPlus(32), RegRule::AtCfa(-8), RegRule::SameValue);
+    let code = Fake::a64().row(CODE + 0x100, CODE + 0x200, f1);
+    let (frames, _) = walk_with::<Aarch64>(regs, true, &st, code, opts);
+    assert_eq!(
+        (frames[2].pc, frames[2].method),
+        (CODE + 0x3f8, Method::Scan),
+        "{frames:x?}"
+    );
+}
+
+#[test]
+fn the_frame_pointer_end_marker_is_reported_the_same_whatever_turns_scanning_off() {
+    // Frame records STACK+16 -> STACK+48 -> rbp 0 (the ABI's end marker).
+    let st = stack(&[0, 0, STACK + 48, CODE + 0x55, 0, 0, 0, CODE + 0x64, 0]);
+    let regs = x86(CODE + 0x10, STACK, STACK + 16);
+    let stop_with = |opts| walk_with::<X86_64>(regs, true, &st, Fake::x86(), opts).1;
+    for opts in [
+        WalkOptions {
+            scan_words: 0,
+            ..Default::default()
+        },
+        WalkOptions {
+            max_scans_in_a_row: 0,
+            ..Default::default()
+        },
+        WalkOptions::default(),
+    ] {
+        assert_eq!(stop_with(opts), StopReason::Outermost, "{opts:?}");
+    }
+}
+
+#[test]
+fn a_zero_word_under_a_first_frames_stray_frame_pointer_does_not_end_the_walk() {
+    // Frame 0 (interrupted, in code without a row) uses rbp as a general
+    // register: it points at zeroed stack. The return address into its
+    // caller is at [rsp]; the caller has a row, and its caller's row is
+    // the outermost.
+    let code = Fake::x86().row(CODE + 0x100, CODE + 0x200, at_call()).row(
+        CODE + 0x200,
+        CODE + 0x300,
+        outermost(),
+    );
+    let st = stack(&[CODE + 0x104, CODE + 0x208, 0, 0, 0, 0]);
+    let regs = x86(CODE + 0x410, STACK, STACK + 16);
+    for fast_path in [true, false] {
+        let opts = WalkOptions {
+            fast_path,
+            ..Default::default()
+        };
+        let (frames, stop) = walk_with::<X86_64>(regs, true, &st, code.clone(), opts);
+        let pcs: Vec<u64> = frames.iter().map(|f| f.pc).collect();
+        assert_eq!(
+            pcs,
+            [CODE + 0x410, CODE + 0x104, CODE + 0x208],
+            "{frames:x?}"
+        );
+        assert_eq!(stop, StopReason::Outermost);
+    }
+    // Reached through the chain, the same zero still ends the walk.
+    let st = stack(&[0, 0, STACK + 32, CODE + 0x55, 0, 0, 0, 0]);
+    let (frames, stop) =
+        walk::<X86_64>(x86(CODE + 0x10, STACK, STACK + 16), true, &st, Fake::x86());
+    assert_eq!((frames.len(), stop), (2, StopReason::ReturnAddressZero));
+}
+
+#[test]
+fn regs_are_those_of_the_next_frame_to_be_returned() {
+    let code = Fake::x86().row(CODE, CODE + 0x100, at_call());
+    let st = stack(&[CODE + 0x55, 0]);
+    let regions = [(STACK, &st[..])];
+    for fast_path in [false, true] {
+        let opts = WalkOptions {
+            fast_path,
+            ..Default::default()
+        };
+        let start = x86(CODE + 0x10, STACK, 0);
+        let mut w: Walker<X86_64, _, _> =
+            Walker::new(start, true, SliceMemory::new(&regions), code.clone(), opts);
+        assert_eq!(w.regs(), &start);
+        let f0 = w.next().unwrap();
+        assert_eq!(f0.pc, CODE + 0x10);
+        let r = *w.regs();
+        let f1 = w.next().unwrap();
+        assert_eq!((r.rip, r.rsp), (f1.pc, f1.sp), "fast_path {fast_path}");
+    }
+}
+
+#[test]
+fn a_table_finished_as_generation_0_walks_the_same_with_and_without_the_hot_path() {
+    use crate::modules::{Module, Segment, Table};
+    let mut m = Module::EMPTY;
+    m.set_name(b"m");
+    assert!(m.push_segment(Segment {
+        start: CODE,
+        size: 0x1000,
+        vaddr: CODE,
+        flags: 5,
+    }));
+    let mut t = Box::new(Table::EMPTY);
+    t.push(m);
+    t.finish(0);
+    // Frame 0 in the module, no row; its frame record returns to pc 1,
+    // whose lookup key (0) is what every empty cache entry holds.
+    let st = stack(&[0, 0, 0, 1, 0, 0]);
+    let regions = [(STACK, &st[..])];
+    let regs = x86(CODE + 0x10, STACK, STACK + 16);
+    let run = |fast_path| {
+        let opts = WalkOptions {
+            fast_path,
+            ..Default::default()
+        };
+        let mut w: Walker<X86_64, _, _> =
+            Walker::new(regs, true, SliceMemory::new(&regions), &*t, opts);
+        let mut buf = [Frame::default(); 8];
+        let n = w.fill(&mut buf);
+        (buf[..n].to_vec(), w.stop_reason())
+    };
+    let general = run(false);
+    assert_eq!(general.0.len(), 1, "{general:x?}");
+    assert_eq!(run(true), general);
+}
