@@ -927,16 +927,16 @@ mod tests {
         let pc = 0x5a5a_0010;
         let mut a = Box::new(Table::EMPTY);
         a.push(module(b"a", &[(0x5a5a_0000, 0x5a5a_1000)], &[]));
-        a.finish(0x0a0d_17);
+        a.finish(0x000a_0d17);
         let mut b = Box::new(Table::EMPTY);
-        b.finish(0x0a0d_17);
+        b.finish(0x000a_0d17);
         assert_eq!(a.generation(), b.generation());
         assert_eq!(a.lookup(pc), Lookup::NoInfo);
         assert_eq!(b.lookup(pc), Lookup::Outside, "not a's cached answer");
         assert_eq!(a.lookup(pc), Lookup::NoInfo, "nor the other way round");
         // Finished again, a table starts afresh in the caches too.
         let before = a.hot_context();
-        a.finish(0x0a0d_17);
+        a.finish(0x000a_0d17);
         assert_ne!(a.hot_context(), before);
         assert_ne!(a.hot_context() & 0xffff_ffff, 0);
         // Unfinished, nothing is cached for it.

@@ -594,8 +594,8 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
         };
         if let (RegRule::AtCfa(fp_off), CfaRule::SpPlus(cfa_off)) = (row.fp, row.cfa) {
             let sp = A::fp(&self.regs)
-                .checked_sub_signed(i64::from(fp_off))
-                .and_then(|cfa| cfa.checked_sub_signed(i64::from(cfa_off)));
+                .checked_add_signed(-i64::from(fp_off))
+                .and_then(|cfa| cfa.checked_add_signed(-i64::from(cfa_off)));
             if let Some(sp) = sp.filter(|&sp| sp >= lowest && sp - lowest < SEARCH_WORDS * 8) {
                 if let Some(next) = try_sp(sp) {
                     return Some((next, Method::SFrame));
