@@ -542,9 +542,11 @@ extern "C" fn child_thread(_: *mut libc::c_void) -> *mut libc::c_void {
 )]
 fn after_fork_a_new_thread_in_the_child_does_not_inherit_a_parents_bounds() {
     use std::sync::atomic::Ordering::SeqCst;
-    // A stack size no other test uses, so that the child's new thread,
-    // asking for the same, gets the cached stack of this one.
-    const SIZE: usize = (1 << 20) + 3 * 4096;
+    // A stack larger than any other thread's, so that the child's new
+    // thread, asking for the same, gets the cached stack of this one: glibc
+    // takes any cached stack from the size asked for to four times it, and
+    // after a fork every thread's stack of the parent is in the cache.
+    const SIZE: usize = (16 << 20) + 3 * 4096;
     let (tx, rx) = std::sync::mpsc::channel();
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let parked = std::thread::Builder::new()

@@ -63,11 +63,24 @@ fn samples_name_the_hot_functions_with_their_exact_callers() {
         prof_worker(&STOP)
     });
     stackmark::sample::start(1000).unwrap();
-    let end = Instant::now() + Duration::from_secs(secs);
+    // ITIMER_PROF fires at most once a scheduler tick of the worker's CPU
+    // time: on a loaded machine or a 100 Hz kernel, `secs` may give too
+    // few samples, so sampling goes on (up to 30 s) until the worker has
+    // 150 of them.
+    let start = Instant::now();
+    let (end, deadline) = (
+        start + Duration::from_secs(secs),
+        start + Duration::from_secs(30),
+    );
     let mut samples = Vec::new();
-    while Instant::now() < end {
+    let mut theirs = 0;
+    while Instant::now() < end || (theirs < 150 && Instant::now() < deadline) {
         std::thread::sleep(Duration::from_millis(20));
-        stackmark::sample::drain(|s| samples.push(*s));
+        let tid = WORKER.load(SeqCst);
+        stackmark::sample::drain(|s| {
+            theirs += usize::from(s.tid == tid);
+            samples.push(*s)
+        });
     }
     stackmark::sample::stop();
     STOP.store(true, SeqCst);
