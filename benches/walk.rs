@@ -8,9 +8,15 @@
 //! * `glibc`: glibc's `backtrace()`;
 //! * `framehop`: framehop 0.16 with this binary's `.eh_frame` registered.
 //!
-//! Plus: the module table (`init`), a full markup report of 64 frames with
-//! every module, and a cold walk (the per-pc caches and the remembered
-//! scans emptied before each walk).
+//! Plus: the module table (`init`), a full markup report of a 48-deep
+//! recursion (60 frames) with every module, and a cold walk (the per-pc
+//! caches, remembered scans and remembered walk ends emptied before each
+//! walk).
+//!
+//! stackmark and framehop walk from registers captured once, outside the
+//! timed loop; `backtrace-rs` and glibc capture their own inside it, and
+//! walk the timing harness's few frames too. The README compares time per
+//! frame.
 //! libunwind is measured by `benches/libunwind.rs`, a binary of its own,
 //! because linking it replaces glibc's `backtrace`.
 //!
@@ -127,22 +133,27 @@ mod bench {
         stackmark::init().unwrap();
         #[cfg(target_arch = "x86_64")]
         let mut framehop = fh::Framehop::new();
+        // The whole stack, as the other unwinders walk it: the default depth
+        // limit (256) would cut the 256-deep walk short of the harness and
+        // the start code.
+        let full = WalkOptions {
+            max_depth: 512,
+            ..WalkOptions::default()
+        };
         let fp_only = WalkOptions {
             use_tables: false,
-            ..WalkOptions::default()
+            ..full
         };
         for depth in [16u64, 64, 256] {
             at_depth(depth, &mut || {
                 let (regs, precise) = stackmark::capture_here();
                 let mut frames = [Frame::default(); 512];
                 let mut group = c.benchmark_group(format!("depth{depth}"));
-                let n = stackmark::walk_from(regs, precise, WalkOptions::default(), &mut frames);
+                let n = stackmark::walk_from(regs, precise, full, &mut frames);
                 let m = stackmark::walk_from(regs, precise, fp_only, &mut frames);
                 eprintln!("depth {depth}: stackmark/sframe {n} frames, stackmark/fp {m} frames");
                 group.bench_function("stackmark/sframe", |b| {
-                    b.iter(|| {
-                        stackmark::walk_from(regs, precise, WalkOptions::default(), &mut frames)
-                    })
+                    b.iter(|| stackmark::walk_from(regs, precise, full, &mut frames))
                 });
                 group.bench_function("stackmark/fp", |b| {
                     b.iter(|| stackmark::walk_from(regs, precise, fp_only, &mut frames))
@@ -152,9 +163,7 @@ mod bench {
                         || {
                             stackmark::clear_caches();
                         },
-                        |_| {
-                            stackmark::walk_from(regs, precise, WalkOptions::default(), &mut frames)
-                        },
+                        |_| stackmark::walk_from(regs, precise, full, &mut frames),
                         BatchSize::PerIteration,
                     )
                 });

@@ -9,7 +9,8 @@
 //! default), `bus`, `ill`, `fpe`, `abrt`, `trap`, `overflow` (main thread),
 //! `thread-overflow`, `threads` (8 threads crash at once), `nested` (the
 //! handler itself faults), `sigpipe-segv` (`segv` with `SIGPIPE` at its
-//! default action, for a report into a pipe nobody reads).
+//! default action, for a report into a pipe nobody reads); the tests also
+//! use `gap-sp`, `chain` and `sampled-abrt` (see `main` below).
 
 #[cfg(target_os = "linux")]
 use std::alloc::{GlobalAlloc, Layout, System};

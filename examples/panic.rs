@@ -1,7 +1,10 @@
 //! Panics on purpose with stackmark's panic hook installed: the message, its
 //! location and thread, then a markup backtrace on standard error.
 //!
-//! The call chain is `panicking_function` <- `main`.
+//! The call chain is `panicking_function` <- `main`. `panicking_function`
+//! is `extern "C"`, so in the `main` mode the panic cannot unwind out of it:
+//! Rust then panics a second time ("panic in a function that cannot
+//! unwind"), which the hook reports too, and aborts (SIGABRT).
 //!
 //! `cargo run --example panic [MODE]` where MODE is one of `main` (the
 //! default), `threads` (four threads panic at once, with a message of two

@@ -296,7 +296,8 @@ impl<'s, S: Sink> Markup<'s, S> {
 
     /// Free text, such as a panic message or a file name, as it is except
     /// for what a symbolizing filter or a terminal would act on: control
-    /// characters (line breaks too: split lines first) become `_`, and a
+    /// characters other than tab (line breaks too: split lines first)
+    /// become `_`, and a
     /// `{` that would make a third in a row, and so open a markup element,
     /// becomes `(`.
     ///
