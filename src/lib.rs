@@ -7,6 +7,25 @@
 //! * [`walk`]: the walk itself, generic over architecture, memory and code map.
 //! * [`modules`] and [`os`]: the fixed-memory module table and its discovery.
 //! * [`markup`]: the symbolizer markup writer.
+//! * [`crash`], [`panic_hook`] and (Linux) [`sample`]: a crash handler, a
+//!   panic hook and a sampling profiler built on the walk.
+//!
+//! Start with [`init`] (the module table), then walk with [`walk_here`],
+//! [`walk_from`] or [`walk_ucontext`], or install [`install_crash_handler`]
+//! and [`install_panic_hook`] to have reports written for you:
+//!
+//! ```no_run
+//! # #[cfg(target_os = "linux")] {
+//! stackmark::init().unwrap();
+//! stackmark::install_crash_handler().unwrap();
+//! stackmark::install_panic_hook();
+//! let mut frames = [stackmark::Frame::default(); 64];
+//! let n = stackmark::walk_here(&mut frames);
+//! for f in &frames[..n] {
+//!     println!("{:#x} {}", f.pc, f.method.name());
+//! }
+//! # }
+//! ```
 #![deny(missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
