@@ -581,9 +581,12 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
     ///
     /// Where the row saves the frame pointer, the frame pointer the walk
     /// holds (from the chain) names the slot it was saved in, which fixes
-    /// the CFA: that sp is taken first, as SFrame. Otherwise each higher
-    /// stack slot is tried as the sp, and the first whose return address
-    /// follows a call is taken: a search, so its frame is marked as a scan.
+    /// the CFA: that sp is tried first. Otherwise (code without frame
+    /// records, such as C built without frame pointers) each higher stack
+    /// slot is tried as the sp, and the first whose return address follows
+    /// a call is taken. Both apply the function's own row, so the frame is
+    /// an SFrame one; marking the search's frames as scans would also end
+    /// walks through three such functions in a row.
     fn step_sframe_inexact_sp(&self, row: &Row, cur: &Frame) -> Option<(A::Regs, Method)> {
         const SEARCH_WORDS: u64 = 64;
         let lowest = A::sp(&self.regs);
@@ -602,7 +605,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
                 }
             }
         }
-        (0..SEARCH_WORDS).find_map(|k| Some((try_sp(lowest.checked_add(k * 8)?)?, Method::Scan)))
+        (0..SEARCH_WORDS).find_map(|k| Some((try_sp(lowest.checked_add(k * 8)?)?, Method::SFrame)))
     }
 
     /// Returns frames into `out` for as long as the hot path finds their

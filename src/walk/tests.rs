@@ -705,14 +705,15 @@ fn aarch64_an_inexact_sp_is_fixed_by_the_frame_record_the_chain_points_at() {
         (CODE + 0x208, STACK + 0x60, Method::SFrame),
         "{frames:x?}"
     );
-    // A row that does not save the frame pointer leaves only the search
-    // over stack slots: its frame is marked as a scan.
+    // A row that does not save the frame pointer (code without frame
+    // records) leaves only the search over stack slots, which takes the
+    // lowest slot that gives a return address after a call.
     let f1 = row(CfaRule::SpPlus(32), RegRule::AtCfa(-8), RegRule::SameValue);
     let code = Fake::a64().row(CODE + 0x100, CODE + 0x200, f1);
     let (frames, _) = walk_with::<Aarch64>(regs, true, &st, code, opts);
     assert_eq!(
         (frames[2].pc, frames[2].method),
-        (CODE + 0x3f8, Method::Scan),
+        (CODE + 0x3f8, Method::SFrame),
         "{frames:x?}"
     );
 }
