@@ -417,6 +417,9 @@ impl Table {
                 if let Some(row) = m.sframe.as_ref().and_then(|s| s.find_row(pc)) {
                     return Lookup::SFrame(row);
                 }
+                if self.entry != 0 && pc.wrapping_sub(self.entry) < ENTRY_SPAN {
+                    return Lookup::SFrame(outermost_at(self.entry));
+                }
                 // Read where it is stored, as the SFrame section is.
                 let Some((info, base)) = &m.compact else {
                     return Lookup::NoInfo;
@@ -433,6 +436,32 @@ impl Table {
                 }
             }
         }
+    }
+}
+
+/// The size of glibc's `_start` (`crt1.o`), the program's entry point: it
+/// calls `__libc_start_main` last, so a return address into it marks the
+/// outermost frame. Beyond it lie only `argv`, the environment and the
+/// auxiliary vector, where a scan would read hundreds of words walk after
+/// walk, find nothing (or the entry point itself, which `AT_ENTRY` holds),
+/// and be remembered by no cache.
+#[cfg(target_arch = "aarch64")]
+const ENTRY_SPAN: u64 = 0x34;
+#[cfg(not(target_arch = "aarch64"))]
+const ENTRY_SPAN: u64 = 0x22;
+
+/// The row of `_start`: an undefined return address, the outermost frame.
+fn outermost_at(entry: u64) -> crate::formats::sframe::Row {
+    use crate::formats::sframe::{CfaRule, RegRule};
+    crate::formats::sframe::Row {
+        func_start: entry,
+        func_size: ENTRY_SPAN as u32,
+        row_start: entry,
+        cfa: CfaRule::SpPlus(8),
+        ra: RegRule::Undefined,
+        fp: RegRule::SameValue,
+        mangled_ra: false,
+        signal_frame: false,
     }
 }
 
@@ -902,21 +931,30 @@ mod tests {
         use crate::walk::CodeMap;
         // A function that ends in a call (x86_64's e8, AArch64's bl), with
         // the entry point right after it, as lld may lay out `_start`.
-        let mut code = [0u8; 64];
+        let mut code = [0u8; 128];
         code[24..32].copy_from_slice(&[0, 0, 0, 0xe8, 0, 0, 0, 0x94]);
         let base = code.as_ptr() as u64;
         let entry = base + 32;
         let mut t = Box::new(Table::EMPTY);
-        t.push(module(b"start", &[(base, base + 64)], &[]));
+        t.push(module(b"start", &[(base, base + 128)], &[]));
         t.finish(0x5eed_0064);
         assert!(t.follows_call::<Native>(entry), "a call precedes it");
         t.clear();
-        t.push(module(b"start", &[(base, base + 64)], &[]));
+        t.push(module(b"start", &[(base, base + 128)], &[]));
         t.finish(0x5eed_0065);
         t.set_entry(entry);
         assert_eq!(t.entry(), entry);
         assert!(!t.follows_call::<Native>(entry));
         assert!(!t.follows_call::<Native>(entry), "and again, after caching");
+        // A return address into the entry function (glibc's `_start`)
+        // marks the outermost frame; just past it, code is code again.
+        let outermost = t.lookup(entry + ENTRY_SPAN - 1);
+        assert!(
+            matches!(outermost, Lookup::SFrame(row) if row.ra == crate::formats::sframe::RegRule::Undefined),
+            "{outermost:?}"
+        );
+        assert_eq!(t.lookup(entry + ENTRY_SPAN), Lookup::NoInfo);
+        assert_eq!(t.lookup(entry - 1), Lookup::NoInfo);
         t.clear();
         assert_eq!(t.entry(), 0, "a refill starts without one");
     }
