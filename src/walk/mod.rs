@@ -587,7 +587,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
     /// a call is taken. Both apply the function's own row, so the frame is
     /// an SFrame one; marking the search's frames as scans would also end
     /// walks through three such functions in a row.
-    fn step_sframe_inexact_sp(&self, row: &Row, cur: &Frame) -> Option<(A::Regs, Method)> {
+    fn step_sframe_inexact_sp(&self, row: &Row, cur: &Frame) -> Option<A::Regs> {
         const SEARCH_WORDS: u64 = 64;
         let lowest = A::sp(&self.regs);
         let try_sp = |sp: u64| {
@@ -595,17 +595,16 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             let next = A::step_sframe(row, &regs, &self.mem, false).ok()?;
             (self.accept(cur, &next) && self.after_call(A::pc(&next))).then_some(next)
         };
-        if let (RegRule::AtCfa(fp_off), CfaRule::SpPlus(cfa_off)) = (row.fp, row.cfa) {
-            let sp = A::fp(&self.regs)
+        let from_record = match (row.fp, row.cfa) {
+            (RegRule::AtCfa(fp_off), CfaRule::SpPlus(cfa_off)) => A::fp(&self.regs)
                 .checked_add_signed(-i64::from(fp_off))
-                .and_then(|cfa| cfa.checked_add_signed(-i64::from(cfa_off)));
-            if let Some(sp) = sp.filter(|&sp| sp >= lowest && sp - lowest < SEARCH_WORDS * 8) {
-                if let Some(next) = try_sp(sp) {
-                    return Some((next, Method::SFrame));
-                }
-            }
-        }
-        (0..SEARCH_WORDS).find_map(|k| Some((try_sp(lowest.checked_add(k * 8)?)?, Method::SFrame)))
+                .and_then(|cfa| cfa.checked_add_signed(-i64::from(cfa_off)))
+                .filter(|&sp| sp >= lowest && sp - lowest < SEARCH_WORDS * 8),
+            _ => None,
+        };
+        from_record
+            .and_then(try_sp)
+            .or_else(|| (0..SEARCH_WORDS).find_map(|k| try_sp(lowest.checked_add(k * 8)?)))
     }
 
     /// Returns frames into `out` for as long as the hot path finds their
@@ -699,8 +698,8 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
                     }
                     let sp_based = matches!(row.cfa, CfaRule::SpPlus(_));
                     if !sp_exact::<A>(cur.method) && sp_based {
-                        if let Some((next, method)) = self.step_sframe_inexact_sp(&row, cur) {
-                            return Ok((next, method, false));
+                        if let Some(next) = self.step_sframe_inexact_sp(&row, cur) {
+                            return Ok((next, Method::SFrame, false));
                         }
                     } else {
                         let ra_in_register = row.ra == RegRule::SameValue && ra_in_register_ok;
