@@ -945,7 +945,10 @@ mod tests {
         t.set_entry(entry);
         assert_eq!(t.entry(), entry);
         assert!(!t.follows_call::<Native>(entry));
-        assert!(!t.follows_call::<Native>(entry), "and again, after caching");
+        assert!(
+            !t.follows_call::<Native>(entry),
+            "and again (the check comes before the rule cache)"
+        );
         // A return address into the entry function (glibc's `_start`)
         // marks the outermost frame; just past it, code is code again.
         let outermost = t.lookup(entry + ENTRY_SPAN - 1);
