@@ -311,6 +311,12 @@ impl Table {
         self.entry
     }
 
+    /// Whether `pc` lies in the entry function (glibc's `_start`), where a
+    /// return address marks the outermost frame.
+    fn is_entry_function(&self, pc: u64) -> bool {
+        self.entry != 0 && pc.wrapping_sub(self.entry) < ENTRY_SPAN
+    }
+
     /// Whether `pc` is a known signal-return trampoline.
     pub fn is_trampoline(&self, pc: u64) -> bool {
         self.trampolines[..self.trampoline_count].contains(&pc)
@@ -417,7 +423,7 @@ impl Table {
                 if let Some(row) = m.sframe.as_ref().and_then(|s| s.find_row(pc)) {
                     return Lookup::SFrame(row);
                 }
-                if self.entry != 0 && pc.wrapping_sub(self.entry) < ENTRY_SPAN {
+                if self.is_entry_function(pc) {
                     return Lookup::SFrame(outermost_at(self.entry));
                 }
                 // Read where it is stored, as the SFrame section is.
@@ -495,6 +501,12 @@ impl CodeMap for Table {
         let found = self.lookup_uncached(pc);
         crate::rule_cache::put(pc, self.cache_gen, &found);
         found
+    }
+
+    /// The entry function, which the tables' lookups mark outermost too
+    /// (where no SFrame row covers it).
+    fn is_outermost(&self, pc: u64) -> bool {
+        self.is_entry_function(pc)
     }
 
     /// What keys this table's answers in the hot path's cache.

@@ -249,6 +249,9 @@ impl<C: CodeMap> CodeMap for Noting<'_, C> {
     fn is_known_trampoline(&self, pc: u64) -> bool {
         self.inner.is_known_trampoline(pc)
     }
+    fn is_outermost(&self, pc: u64) -> bool {
+        self.inner.is_outermost(pc)
+    }
     fn is_sigreturn<A: Arch>(&self, pc: u64) -> bool {
         if self.inner.sigreturn_reads_memory::<A>(pc) {
             self.spoiled.set(true);

@@ -128,6 +128,15 @@ pub trait CodeMap {
         false
     }
 
+    /// Whether lookup pc `pc` lies in code known to be the outermost frame
+    /// whatever the unwind tables say (the program's entry function): asked
+    /// by walks that do not use the tables, which have no row to say so.
+    /// The default knows none.
+    fn is_outermost(&self, pc: u64) -> bool {
+        let _ = pc;
+        false
+    }
+
     /// Whether `pc` is the first instruction of a signal-return trampoline,
     /// by its code; asked only for pcs outside known code. The default
     /// compares the code at `pc` with the architecture's.
@@ -235,6 +244,9 @@ macro_rules! code_map_through_deref {
         }
         fn is_known_trampoline(&self, pc: u64) -> bool {
             (**self).is_known_trampoline(pc)
+        }
+        fn is_outermost(&self, pc: u64) -> bool {
+            (**self).is_outermost(pc)
         }
         fn is_sigreturn<A: $crate::arch::Arch>(&self, pc: u64) -> bool {
             (**self).is_sigreturn::<A>(pc)
@@ -663,6 +675,10 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
         let key = cur.lookup_pc();
         let lookup = if self.opts.use_tables {
             self.code.lookup(key)
+        } else if self.code.is_outermost(key) {
+            // What the tables' outermost row says: past the entry function
+            // lie only argv, the environment and the auxiliary vector.
+            return Err(StopReason::Outermost);
         } else if self.in_code(key) {
             Lookup::NoInfo
         } else {

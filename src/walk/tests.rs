@@ -221,14 +221,14 @@ fn scanning_accepts_only_words_just_after_a_call_and_marks_them_low_trust() {
 
 /// [`Fake`] that remembers scans, as the module table does, and counts
 /// the scans it recalls.
-struct Remembering {
-    code: Fake,
+struct Remembering<C = Fake> {
+    code: C,
     scans: std::cell::RefCell<Vec<(u64, Vec<u64>)>>,
     recalled: std::cell::Cell<usize>,
     ends: std::cell::RefCell<Vec<(u64, [u64; END_WORDS])>>,
 }
 
-impl CodeMap for Remembering {
+impl<C: CodeMap> CodeMap for Remembering<C> {
     fn lookup(&self, pc: u64) -> Lookup {
         self.code.lookup(pc)
     }
@@ -237,6 +237,12 @@ impl CodeMap for Remembering {
     }
     fn read_code(&self, addr: u64, buf: &mut [u8]) -> bool {
         self.code.read_code(addr, buf)
+    }
+    fn follows_call<A: Arch>(&self, ra: u64) -> bool {
+        self.code.follows_call::<A>(ra)
+    }
+    fn is_outermost(&self, pc: u64) -> bool {
+        self.code.is_outermost(pc)
     }
     fn recall_scan(&self, start: u64, words: &mut [u64; SCAN_MEMO_WORDS]) -> Option<usize> {
         let scans = self.scans.borrow();
@@ -266,8 +272,8 @@ impl CodeMap for Remembering {
     }
 }
 
-impl Remembering {
-    fn new(code: Fake) -> Self {
+impl<C> Remembering<C> {
+    fn new(code: C) -> Self {
         Remembering {
             code,
             scans: Default::default(),
@@ -828,4 +834,60 @@ fn a_table_finished_as_generation_0_walks_the_same_with_and_without_the_hot_path
     let general = run(false);
     assert_eq!(general.0.len(), 1, "{general:x?}");
     assert_eq!(run(true), general);
+}
+
+#[test]
+fn a_return_address_into_the_entry_function_ends_every_walk_there_with_or_without_tables() {
+    use crate::modules::{Module, Segment, Table};
+    // Real code bytes: an x86_64 `call rel32` ending at +32 (the entry
+    // point follows it) and another ending at +72, which a scan would take.
+    let mut code = [0u8; 128];
+    code[27] = 0xe8;
+    code[67] = 0xe8;
+    let base = code.as_ptr() as u64;
+    let entry = base + 32;
+    let mut m = Module::EMPTY;
+    m.set_name(b"m");
+    assert!(m.push_segment(Segment {
+        start: base,
+        size: 128,
+        vaddr: base,
+        flags: 5,
+    }));
+    let mut t = Box::new(Table::EMPTY);
+    t.push(m);
+    t.finish(0x5eed_00e1);
+    t.set_entry(entry);
+    // Frame 0's record returns into the entry function with a frame
+    // pointer that leads nowhere (glibc's start code keeps none); further
+    // up, a word a scan would take for a caller.
+    let st = stack(&[0, 0, 0x10, entry + 5, 0, 0, base + 72, 0]);
+    let regions = [(STACK, &st[..])];
+    let regs = x86(base + 0x10, STACK, STACK + 16);
+    for use_tables in [true, false] {
+        for fast_path in [true, false] {
+            let opts = WalkOptions {
+                use_tables,
+                fast_path,
+                ..Default::default()
+            };
+            // The first walk marks its end, the second records it, the
+            // third replays it: all three must agree.
+            let memo = Remembering::new(&*t);
+            for pass in 0..3 {
+                let mut w: Walker<X86_64, _, _> =
+                    Walker::new(regs, true, SliceMemory::new(&regions), &memo, opts);
+                let mut buf = [Frame::default(); 8];
+                let n = w.fill(&mut buf);
+                let pcs: Vec<u64> = buf[..n].iter().map(|f| f.pc).collect();
+                assert_eq!(
+                    (pcs, w.stop_reason()),
+                    (vec![base + 0x10, entry + 5], StopReason::Outermost),
+                    "tables {use_tables}, hot path {fast_path}, pass {pass}"
+                );
+            }
+            let remembered = memo.ends.borrow().len();
+            assert_eq!(remembered, fast_path as usize, "the walk end is kept");
+        }
+    }
 }
