@@ -417,7 +417,8 @@ fn run_cached<A: Arch, M: MemoryReader, C: CodeMap, const TABLES: bool, const FP
             break;
         }
         // A recursion repeats its return address, and so its answer.
-        let next = if caller_pc == pc {
+        let recursion = caller_pc == pc;
+        let next = if recursion {
             here
         } else {
             match code.hot_cached(caller_pc - 1, context) {
@@ -448,6 +449,11 @@ fn run_cached<A: Arch, M: MemoryReader, C: CodeMap, const TABLES: bool, const FP
         n += 1;
         (pc, sp, fp, method) = (caller_pc, cfa, caller_fp, caller_method);
         here = next;
+        if recursion {
+            let mut at = (sp, fp, method);
+            n += recurse::<A, M, TABLES, FP>(mem, here, pc, &mut at, &mut out[n..]);
+            (sp, fp, method) = at;
+        }
     }
     // The frame pointer and answer go back on every exit (unchanged when
     // nothing moved): keeping them live to the end gives LLVM a loop some
@@ -464,6 +470,61 @@ fn run_cached<A: Arch, M: MemoryReader, C: CodeMap, const TABLES: bool, const FP
         };
     }
     (n, missed)
+}
+
+/// Goes on with a recursion through frame records: from the frame at `pc`
+/// (a return address into itself, whose answer is `here`), writes frames
+/// for as long as the record at fp returns to `pc` again and passes every
+/// check of [`run_cached`]'s record step, which would take the very same
+/// steps. Stops before the first frame it would not step (at once for an
+/// answer of another kind); returns the frames written and leaves
+/// `(sp, fp, method)` at that frame. Out of line, so the main loop keeps
+/// its registers: a recursion frame costs 18 instructions here (no
+/// dispatch, no cache probe) against some 38 in the main loop (callgrind).
+#[inline(never)]
+fn recurse<A: Arch, M: MemoryReader, const TABLES: bool, const FP: bool>(
+    mem: &M,
+    here: Hot,
+    pc: u64,
+    state: &mut (u64, u64, Method),
+    out: &mut [Frame],
+) -> usize {
+    let link = match step_for::<TABLES, FP>(here) {
+        Step::RecordRow => false,
+        Step::RecordLink => true,
+        _ => return 0,
+    };
+    let (mut sp, mut fp, mut method) = *state;
+    let mangled = link || here.mangled_ra();
+    let record_method = if link {
+        Method::FramePointer
+    } else {
+        Method::SFrame
+    };
+    let mut n = 0;
+    while n < out.len() {
+        if link && (fp % 8 != 0 || fp < sp) {
+            break;
+        }
+        let Some([saved_fp, ra]) = mem.read_u64_pair(fp) else {
+            break;
+        };
+        let cfa = fp.wrapping_add(16);
+        let ra = if mangled { A::strip_pac(ra) } else { ra };
+        if ra != pc || ra == 0 || cfa <= sp {
+            break;
+        }
+        out[n] = Frame {
+            pc,
+            sp,
+            precise: false,
+            method,
+        };
+        n += 1;
+        (sp, fp, method) = (cfa, saved_fp, record_method);
+    }
+    *state = (sp, fp, method);
+    n
 }
 
 #[cfg(test)]

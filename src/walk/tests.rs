@@ -891,3 +891,148 @@ fn a_return_address_into_the_entry_function_ends_every_walk_there_with_or_withou
         }
     }
 }
+
+/// How a test recursion's frame record at a given depth is spoiled.
+#[derive(Clone, Copy, Debug)]
+enum Spoil {
+    None,
+    /// Its saved frame pointer is misaligned.
+    Misaligned,
+    /// Its return address is 0.
+    ZeroReturn,
+    /// Its saved frame pointer points back down the stack.
+    Downwards,
+    /// Its saved frame pointer leads off the stack.
+    OffStack,
+    /// Its saved frame pointer is just below the next frame's sp, at a
+    /// record that returns into the recursion again.
+    Overlapping,
+    /// Its saved frame pointer is misaligned, at a record that returns
+    /// into the recursion again.
+    MisalignedRecursing,
+}
+
+/// A chain of frame records from STACK + 16: six returning to `rec` (a
+/// recursion), one to `other`, one to `last` whose saved frame pointer is
+/// the ABI's end marker; record 3 spoiled as `spoil` says.
+fn recursion_stack(rec: u64, other: u64, last: u64, spoil: Spoil) -> Vec<u8> {
+    let ras = [rec, rec, rec, rec, rec, rec, other, last];
+    let mut words = vec![0u64, 0];
+    for (i, &ra) in ras.iter().enumerate() {
+        let next = if i + 1 == ras.len() {
+            0
+        } else {
+            STACK + 16 * (i as u64 + 2)
+        };
+        words.extend([next, ra]);
+    }
+    let at = 2 + 2 * 3;
+    match spoil {
+        Spoil::None => {}
+        Spoil::Misaligned => words[at] += 4,
+        Spoil::ZeroReturn => words[at + 1] = 0,
+        Spoil::Downwards => words[at] = STACK + 16,
+        Spoil::OffStack => words[at] = STACK + 0x10_0000,
+        // Record 3 is at STACK + 64, record 4 at STACK + 80.
+        Spoil::Overlapping => {
+            words[at] = STACK + 72;
+            words[at + 2] = rec;
+        }
+        Spoil::MisalignedRecursing => words[at] = STACK + 84,
+    }
+    let mut st = stack(&words);
+    if let Spoil::MisalignedRecursing = spoil {
+        st[92..100].copy_from_slice(&rec.to_ne_bytes());
+    }
+    st
+}
+
+/// `fill` in buffers of `chunk` frames until the walk ends.
+fn fill_in_chunks<A: Arch>(
+    regs: A::Regs,
+    st: &[u8],
+    code: Fake,
+    chunk: usize,
+) -> (Vec<Frame>, StopReason) {
+    let regions = [(STACK, st)];
+    let mut w: Walker<A, _, _> = Walker::new(
+        regs,
+        true,
+        SliceMemory::new(&regions),
+        code,
+        WalkOptions::default(),
+    );
+    let mut all = Vec::new();
+    let mut buf = vec![Frame::default(); chunk];
+    loop {
+        let n = w.fill(&mut buf);
+        if n == 0 {
+            break;
+        }
+        all.extend_from_slice(&buf[..n]);
+    }
+    (all, w.stop_reason())
+}
+
+#[test]
+fn a_recursion_through_frame_records_walks_as_the_general_step_does_in_any_buffer() {
+    let spoils = [
+        Spoil::None,
+        Spoil::Misaligned,
+        Spoil::ZeroReturn,
+        Spoil::Downwards,
+        Spoil::OffStack,
+        Spoil::Overlapping,
+        Spoil::MisalignedRecursing,
+    ];
+    // x86_64, as frame-pointer links (no rows) and as SFrame rows of the
+    // frame record's shape.
+    let fp_row = row(CfaRule::FpPlus(16), RegRule::AtCfa(-8), RegRule::AtCfa(-16));
+    for code in [Fake::x86(), Fake::x86().row(CODE, CODE + 0x100, fp_row)] {
+        for spoil in spoils {
+            let st = recursion_stack(CODE + 0x55, CODE + 0x105, CODE + 0x205, spoil);
+            let regs = x86(CODE + 0x10, STACK, STACK + 16);
+            let expected = walk::<X86_64>(regs, true, &st, code.clone());
+            if let Spoil::None = spoil {
+                let pcs: Vec<u64> = expected.0.iter().map(|f| f.pc).collect();
+                let mut want = vec![CODE + 0x10];
+                want.extend([CODE + 0x55; 6]);
+                want.extend([CODE + 0x105, CODE + 0x205]);
+                assert_eq!(pcs, want);
+                assert_eq!(expected.1, StopReason::Outermost);
+            }
+            for chunk in 1..=12 {
+                assert_eq!(
+                    fill_in_chunks::<X86_64>(regs, &st, code.clone(), chunk),
+                    expected,
+                    "{spoil:?}, buffers of {chunk}, rows {}",
+                    code.rows.len()
+                );
+            }
+        }
+    }
+    // AArch64 frame-pointer links whose return addresses carry PAC bits:
+    // the recursion shows only once they are stripped.
+    let pac = 0x007f_0000_0000_0000;
+    for spoil in spoils {
+        let st = recursion_stack(
+            (CODE + 0x54) | pac,
+            (CODE + 0x104) | pac,
+            CODE + 0x204,
+            spoil,
+        );
+        let regs = a64(CODE + 0x10, STACK, STACK + 16, 0);
+        let expected = walk::<Aarch64>(regs, true, &st, Fake::a64());
+        if let Spoil::None = spoil {
+            assert_eq!(expected.0.len(), 9, "{:x?}", expected.0);
+            assert!(expected.0[1..7].iter().all(|f| f.pc == CODE + 0x54));
+        }
+        for chunk in 1..=12 {
+            assert_eq!(
+                fill_in_chunks::<Aarch64>(regs, &st, Fake::a64(), chunk),
+                expected,
+                "AArch64, {spoil:?}, buffers of {chunk}"
+            );
+        }
+    }
+}
