@@ -801,20 +801,27 @@ fn regs_are_those_of_the_next_frame_to_be_returned() {
     }
 }
 
-#[test]
-fn a_table_finished_as_generation_0_walks_the_same_with_and_without_the_hot_path() {
+/// A module table of one module whose code is `[start, start + size)`,
+/// finished as cache generation `generation`.
+fn one_module_table(start: u64, size: u64, generation: u64) -> Box<crate::modules::Table> {
     use crate::modules::{Module, Segment, Table};
     let mut m = Module::EMPTY;
     m.set_name(b"m");
     assert!(m.push_segment(Segment {
-        start: CODE,
-        size: 0x1000,
-        vaddr: CODE,
+        start,
+        size,
+        vaddr: start,
         flags: 5,
     }));
     let mut t = Box::new(Table::EMPTY);
     t.push(m);
-    t.finish(0);
+    t.finish(generation);
+    t
+}
+
+#[test]
+fn a_table_finished_as_generation_0_walks_the_same_with_and_without_the_hot_path() {
+    let t = one_module_table(CODE, 0x1000, 0);
     // Frame 0 in the module, no row; its frame record returns to pc 1,
     // whose lookup key (0) is what every empty cache entry holds.
     let st = stack(&[0, 0, 0, 1, 0, 0]);
@@ -838,7 +845,6 @@ fn a_table_finished_as_generation_0_walks_the_same_with_and_without_the_hot_path
 
 #[test]
 fn a_return_address_into_the_entry_function_ends_every_walk_there_with_or_without_tables() {
-    use crate::modules::{Module, Segment, Table};
     // Real code bytes: an x86_64 `call rel32` ending at +32 (the entry
     // point follows it) and another ending at +72, which a scan would take.
     let mut code = [0u8; 128];
@@ -846,17 +852,7 @@ fn a_return_address_into_the_entry_function_ends_every_walk_there_with_or_withou
     code[67] = 0xe8;
     let base = code.as_ptr() as u64;
     let entry = base + 32;
-    let mut m = Module::EMPTY;
-    m.set_name(b"m");
-    assert!(m.push_segment(Segment {
-        start: base,
-        size: 128,
-        vaddr: base,
-        flags: 5,
-    }));
-    let mut t = Box::new(Table::EMPTY);
-    t.push(m);
-    t.finish(0x5eed_00e1);
+    let mut t = one_module_table(base, 128, 0x5eed_00e1);
     t.set_entry(entry);
     // Frame 0's record returns into the entry function with a frame
     // pointer that leads nowhere (glibc's start code keeps none); further
