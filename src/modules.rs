@@ -420,11 +420,13 @@ impl Table {
         match self.module_for_code(pc) {
             None => Lookup::Outside,
             Some(m) => {
-                if let Some(row) = m.sframe.as_ref().and_then(|s| s.find_row(pc)) {
-                    return Lookup::SFrame(row);
-                }
+                // Nothing calls the entry function, whatever a table row
+                // for it says: walks with and without tables agree there.
                 if self.is_entry_function(pc) {
                     return Lookup::SFrame(outermost_at(self.entry));
+                }
+                if let Some(row) = m.sframe.as_ref().and_then(|s| s.find_row(pc)) {
+                    return Lookup::SFrame(row);
                 }
                 // Read where it is stored, as the SFrame section is.
                 let Some((info, base)) = &m.compact else {
@@ -445,16 +447,25 @@ impl Table {
     }
 }
 
-/// The size of glibc's `_start` (`crt1.o`), the program's entry point: it
-/// calls `__libc_start_main` last, so a return address into it marks the
-/// outermost frame. Beyond it lie only `argv`, the environment and the
-/// auxiliary vector, where a scan would read hundreds of words walk after
-/// walk, find nothing (or the entry point itself, which `AT_ENTRY` holds),
-/// and be remembered by no cache.
+/// How far from the program's entry point a lookup pc lies in glibc's
+/// `_start` (`crt1.o`): it calls `__libc_start_main` last, so a return
+/// address into it marks the outermost frame. Beyond it lie only `argv`,
+/// the environment and the auxiliary vector, where a scan would read
+/// hundreds of words walk after walk, find nothing (or the entry point
+/// itself, which `AT_ENTRY` holds), and be remembered by no cache.
+///
+/// On x86_64, `_start` is 0x22 bytes in glibc 2.34 and later (the call
+/// ends at +0x21), 0x26 where glibc is built for CET (an `endbr64` first),
+/// and 0x2b to 0x2f before 2.34, whose `_start` also passes
+/// `__libc_csu_init` and `__libc_csu_fini` (from glibc's `start.S`, not
+/// measured here); the function after it
+/// starts at the next 16-byte boundary, +0x30, so no return address into
+/// it falls below that. On AArch64 it is 0x34 bytes (glibc 2.36: the call
+/// ends at +0x30, then `bl abort`), measured here.
 #[cfg(target_arch = "aarch64")]
 const ENTRY_SPAN: u64 = 0x34;
 #[cfg(not(target_arch = "aarch64"))]
-const ENTRY_SPAN: u64 = 0x22;
+const ENTRY_SPAN: u64 = 0x30;
 
 /// The row of `_start`: an undefined return address, the outermost frame.
 fn outermost_at(entry: u64) -> crate::formats::sframe::Row {
@@ -935,6 +946,50 @@ mod tests {
         assert!(t.follows_call::<Native>(b));
         assert!(t.follows_call::<Native>(b), "and again, from the cache");
         assert_eq!(t.lookup(a), Lookup::NoInfo);
+    }
+
+    #[test]
+    fn the_entry_function_is_outermost_even_where_an_sframe_row_covers_it() {
+        use crate::formats::sframe::{CfaRule, RegRule, SFrame};
+        let (base, entry, section) = (0x40_0000u64, 0x40_0100u64, 0x40_2000u64);
+        // A version 2 x86_64 section (FDEs sorted, function starts relative
+        // to the section) with one function at the entry point, 0x22 bytes,
+        // whose one row is `cfa = sp + 8` (return address at cfa - 8).
+        let mut bytes = vec![0xe2, 0xde, 2, 1, 3, 0, (-8i8) as u8, 0];
+        for w in [1u32, 1, 3, 0, 20] {
+            bytes.extend(w.to_le_bytes());
+        }
+        bytes.extend(((entry as i64 - section as i64) as i32).to_le_bytes());
+        for w in [0x22u32, 0, 1] {
+            bytes.extend(w.to_le_bytes());
+        }
+        bytes.extend([0, 0, 0, 0]);
+        bytes.extend([0, 0x03, 8]);
+        let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+        let sf = SFrame::parse(bytes, section).expect("a valid section");
+        let row = sf.find_row(entry + 5).expect("the row");
+        assert_eq!((row.cfa, row.ra), (CfaRule::SpPlus(8), RegRule::AtCfa(-8)));
+        let mut m = module(b"main", &[(base, base + 0x1000)], &[]);
+        m.sframe = Some(sf);
+        let mut t = Box::new(Table::EMPTY);
+        t.push(m);
+        t.finish(0x5eed_0e17);
+        assert_eq!(
+            t.lookup(entry + 5),
+            Lookup::SFrame(row),
+            "no entry point known"
+        );
+        t.set_entry(entry);
+        let outermost = t.lookup_uncached(entry + 5);
+        assert!(
+            matches!(outermost, Lookup::SFrame(r) if r.ra == RegRule::Undefined),
+            "{outermost:?}"
+        );
+        assert!(t.is_outermost(entry + 5));
+        // The hot path leaves such a pc to the general step, with or
+        // without tables.
+        let hot = crate::walk::fast::classify_at(&*t, entry + 5, &outermost);
+        assert_eq!(hot.kind(), crate::walk::fast::HotKind::Slow);
     }
 
     #[test]

@@ -948,16 +948,11 @@ fn fill_in_chunks<A: Arch>(
     regs: A::Regs,
     st: &[u8],
     code: Fake,
+    opts: WalkOptions,
     chunk: usize,
 ) -> (Vec<Frame>, StopReason) {
     let regions = [(STACK, st)];
-    let mut w: Walker<A, _, _> = Walker::new(
-        regs,
-        true,
-        SliceMemory::new(&regions),
-        code,
-        WalkOptions::default(),
-    );
+    let mut w: Walker<A, _, _> = Walker::new(regs, true, SliceMemory::new(&regions), code, opts);
     let mut all = Vec::new();
     let mut buf = vec![Frame::default(); chunk];
     loop {
@@ -981,15 +976,28 @@ fn a_recursion_through_frame_records_walks_as_the_general_step_does_in_any_buffe
         Spoil::Overlapping,
         Spoil::MisalignedRecursing,
     ];
+    // Tables and frame pointers, frame pointers alone (rows of the record's
+    // shape then step as links), tables alone.
+    let options = [
+        WalkOptions::default(),
+        WalkOptions {
+            use_tables: false,
+            ..Default::default()
+        },
+        WalkOptions {
+            use_frame_pointers: false,
+            ..Default::default()
+        },
+    ];
     // x86_64, as frame-pointer links (no rows) and as SFrame rows of the
     // frame record's shape.
     let fp_row = row(CfaRule::FpPlus(16), RegRule::AtCfa(-8), RegRule::AtCfa(-16));
     for code in [Fake::x86(), Fake::x86().row(CODE, CODE + 0x100, fp_row)] {
-        for spoil in spoils {
+        for (spoil, opts) in spoils.iter().flat_map(|&s| options.map(|o| (s, o))) {
             let st = recursion_stack(CODE + 0x55, CODE + 0x105, CODE + 0x205, spoil);
             let regs = x86(CODE + 0x10, STACK, STACK + 16);
-            let expected = walk::<X86_64>(regs, true, &st, code.clone());
-            if let Spoil::None = spoil {
+            let expected = walk_with::<X86_64>(regs, true, &st, code.clone(), opts);
+            if let (Spoil::None, true) = (spoil, opts.use_frame_pointers) {
                 let pcs: Vec<u64> = expected.0.iter().map(|f| f.pc).collect();
                 let mut want = vec![CODE + 0x10];
                 want.extend([CODE + 0x55; 6]);
@@ -999,9 +1007,9 @@ fn a_recursion_through_frame_records_walks_as_the_general_step_does_in_any_buffe
             }
             for chunk in 1..=12 {
                 assert_eq!(
-                    fill_in_chunks::<X86_64>(regs, &st, code.clone(), chunk),
+                    fill_in_chunks::<X86_64>(regs, &st, code.clone(), opts, chunk),
                     expected,
-                    "{spoil:?}, buffers of {chunk}, rows {}",
+                    "{spoil:?}, buffers of {chunk}, rows {}, {opts:?}",
                     code.rows.len()
                 );
             }
@@ -1009,26 +1017,33 @@ fn a_recursion_through_frame_records_walks_as_the_general_step_does_in_any_buffe
     }
     // AArch64 frame-pointer links whose return addresses carry PAC bits:
     // the recursion shows only once they are stripped.
+    // And as SFrame rows of the record's shape that mark the return
+    // address signed.
     let pac = 0x007f_0000_0000_0000;
-    for spoil in spoils {
-        let st = recursion_stack(
-            (CODE + 0x54) | pac,
-            (CODE + 0x104) | pac,
-            CODE + 0x204,
-            spoil,
-        );
-        let regs = a64(CODE + 0x10, STACK, STACK + 16, 0);
-        let expected = walk::<Aarch64>(regs, true, &st, Fake::a64());
-        if let Spoil::None = spoil {
-            assert_eq!(expected.0.len(), 9, "{:x?}", expected.0);
-            assert!(expected.0[1..7].iter().all(|f| f.pc == CODE + 0x54));
-        }
-        for chunk in 1..=12 {
-            assert_eq!(
-                fill_in_chunks::<Aarch64>(regs, &st, Fake::a64(), chunk),
-                expected,
-                "AArch64, {spoil:?}, buffers of {chunk}"
+    let mut signed = fp_row;
+    signed.mangled_ra = true;
+    for code in [Fake::a64(), Fake::a64().row(CODE, CODE + 0x100, signed)] {
+        for (spoil, opts) in spoils.iter().flat_map(|&s| options.map(|o| (s, o))) {
+            let st = recursion_stack(
+                (CODE + 0x54) | pac,
+                (CODE + 0x104) | pac,
+                CODE + 0x204,
+                spoil,
             );
+            let regs = a64(CODE + 0x10, STACK, STACK + 16, 0);
+            let expected = walk_with::<Aarch64>(regs, true, &st, code.clone(), opts);
+            if let (Spoil::None, true) = (spoil, opts.use_frame_pointers) {
+                assert_eq!(expected.0.len(), 9, "{:x?}", expected.0);
+                assert!(expected.0[1..7].iter().all(|f| f.pc == CODE + 0x54));
+            }
+            for chunk in 1..=12 {
+                assert_eq!(
+                    fill_in_chunks::<Aarch64>(regs, &st, code.clone(), opts, chunk),
+                    expected,
+                    "AArch64, {spoil:?}, buffers of {chunk}, rows {}, {opts:?}",
+                    code.rows.len()
+                );
+            }
         }
     }
 }
