@@ -458,10 +458,10 @@ impl Table {
 /// ends at +0x21), 0x26 where glibc is built for CET (an `endbr64` first),
 /// and 0x2b to 0x2f before 2.34, whose `_start` also passes
 /// `__libc_csu_init` and `__libc_csu_fini` (from glibc's `start.S`, not
-/// measured here); the function after it
-/// starts at the next 16-byte boundary, +0x30, so no return address into
-/// it falls below that. On AArch64 it is 0x34 bytes (glibc 2.36: the call
-/// ends at +0x30, then `bl abort`), measured here.
+/// measured here); the function after it starts at the next 16-byte
+/// boundary, +0x30, so no return address into it falls below that. On
+/// AArch64 it is 0x34 bytes (glibc 2.36: the call ends at +0x30, then
+/// `bl abort`), measured here.
 #[cfg(target_arch = "aarch64")]
 const ENTRY_SPAN: u64 = 0x34;
 #[cfg(not(target_arch = "aarch64"))]
@@ -514,8 +514,8 @@ impl CodeMap for Table {
         found
     }
 
-    /// The entry function, which the tables' lookups mark outermost too
-    /// (where no SFrame row covers it).
+    /// The entry function, which the tables' lookups mark outermost too,
+    /// before any SFrame row.
     fn is_outermost(&self, pc: u64) -> bool {
         self.is_entry_function(pc)
     }
@@ -988,7 +988,7 @@ mod tests {
         assert!(t.is_outermost(entry + 5));
         // The hot path leaves such a pc to the general step, with or
         // without tables.
-        let hot = crate::walk::fast::classify_at(&*t, entry + 5, &outermost);
+        let hot = t.hot_at(entry + 5, t.hot_context());
         assert_eq!(hot.kind(), crate::walk::fast::HotKind::Slow);
     }
 

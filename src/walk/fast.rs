@@ -511,7 +511,8 @@ fn recurse<A: Arch, M: MemoryReader, const TABLES: bool, const FP: bool>(
         };
         let cfa = fp.wrapping_add(16);
         let ra = if mangled { A::strip_pac(ra) } else { ra };
-        if ra != pc || ra == 0 || cfa <= sp {
+        // `pc` passed the main loop's zero check, so `ra == pc` is not 0.
+        if ra != pc || cfa <= sp {
             break;
         }
         out[n] = Frame {
