@@ -247,6 +247,18 @@ pub(crate) fn classify_at<C: CodeMap + ?Sized>(code: &C, key: u64, lookup: &Look
     Hot::classify(lookup, trampoline)
 }
 
+/// A frame reached through a return address (`precise` false), as the hot
+/// path writes every frame.
+#[inline(always)]
+fn returned(pc: u64, sp: u64, method: Method) -> Frame {
+    Frame {
+        pc,
+        sp,
+        precise: false,
+        method,
+    }
+}
+
 /// The hot path's view of the pending frame: what [`run`] carries from one
 /// frame to the next and hands back.
 #[derive(Clone, Copy, Debug)]
@@ -424,15 +436,7 @@ fn run_cached<A: Arch, M: MemoryReader, C: CodeMap, const TABLES: bool, const FP
             match code.hot_cached(caller_pc - 1, context) {
                 Some(h) => h,
                 None => {
-                    missed = Some((
-                        Frame {
-                            pc: caller_pc,
-                            sp: cfa,
-                            precise: false,
-                            method: caller_method,
-                        },
-                        caller_fp,
-                    ));
+                    missed = Some((returned(caller_pc, cfa, caller_method), caller_fp));
                     break;
                 }
             }
@@ -440,12 +444,7 @@ fn run_cached<A: Arch, M: MemoryReader, C: CodeMap, const TABLES: bool, const FP
         if next.is_outside() {
             break;
         }
-        out[n] = Frame {
-            pc,
-            sp,
-            precise: false,
-            method,
-        };
+        out[n] = returned(pc, sp, method);
         n += 1;
         (pc, sp, fp, method) = (caller_pc, cfa, caller_fp, caller_method);
         here = next;
@@ -462,12 +461,7 @@ fn run_cached<A: Arch, M: MemoryReader, C: CodeMap, const TABLES: bool, const FP
     state.here = here;
     if n > 0 {
         out[0] = first;
-        state.frame = Frame {
-            pc,
-            sp,
-            precise: false,
-            method,
-        };
+        state.frame = returned(pc, sp, method);
     }
     (n, missed)
 }
@@ -515,12 +509,7 @@ fn recurse<A: Arch, M: MemoryReader, const TABLES: bool, const FP: bool>(
         if ra != pc || cfa <= sp {
             break;
         }
-        out[n] = Frame {
-            pc,
-            sp,
-            precise: false,
-            method,
-        };
+        out[n] = returned(pc, sp, method);
         n += 1;
         (sp, fp, method) = (cfa, saved_fp, record_method);
     }
