@@ -943,26 +943,38 @@ fn recursion_stack(rec: u64, other: u64, last: u64, spoil: Spoil) -> Vec<u8> {
     st
 }
 
-/// `fill` in buffers of `chunk` frames until the walk ends.
-fn fill_in_chunks<A: Arch>(
+/// Walks `st` as [`walk_with`] does (the general step must agree), then
+/// with `fill` in buffers of every size from 1 to 12 frames until the walk
+/// ends: each must give the same frames and stop. Returns the walk.
+fn walks_alike_in_any_buffer<A: Arch>(
     regs: A::Regs,
     st: &[u8],
-    code: Fake,
+    code: &Fake,
     opts: WalkOptions,
-    chunk: usize,
+    what: &str,
 ) -> (Vec<Frame>, StopReason) {
+    let expected = walk_with::<A>(regs, true, st, code.clone(), opts);
     let regions = [(STACK, st)];
-    let mut w: Walker<A, _, _> = Walker::new(regs, true, SliceMemory::new(&regions), code, opts);
-    let mut all = Vec::new();
-    let mut buf = vec![Frame::default(); chunk];
-    loop {
-        let n = w.fill(&mut buf);
-        if n == 0 {
-            break;
+    for chunk in 1..=12 {
+        let mem = SliceMemory::new(&regions);
+        let mut w: Walker<A, _, _> = Walker::new(regs, true, mem, code.clone(), opts);
+        let mut all = Vec::new();
+        let mut buf = vec![Frame::default(); chunk];
+        loop {
+            let n = w.fill(&mut buf);
+            if n == 0 {
+                break;
+            }
+            all.extend_from_slice(&buf[..n]);
         }
-        all.extend_from_slice(&buf[..n]);
+        assert_eq!(
+            (all, w.stop_reason()),
+            expected,
+            "{what}, buffers of {chunk}, rows {}, {opts:?}",
+            code.rows.len()
+        );
     }
-    (all, w.stop_reason())
+    expected
 }
 
 #[test]
@@ -996,7 +1008,8 @@ fn a_recursion_through_frame_records_walks_as_the_general_step_does_in_any_buffe
         for (spoil, opts) in spoils.iter().flat_map(|&s| options.map(|o| (s, o))) {
             let st = recursion_stack(CODE + 0x55, CODE + 0x105, CODE + 0x205, spoil);
             let regs = x86(CODE + 0x10, STACK, STACK + 16);
-            let expected = walk_with::<X86_64>(regs, true, &st, code.clone(), opts);
+            let what = format!("{spoil:?}");
+            let expected = walks_alike_in_any_buffer::<X86_64>(regs, &st, &code, opts, &what);
             if let (Spoil::None, true) = (spoil, opts.use_frame_pointers) {
                 let pcs: Vec<u64> = expected.0.iter().map(|f| f.pc).collect();
                 let mut want = vec![CODE + 0x10];
@@ -1005,20 +1018,11 @@ fn a_recursion_through_frame_records_walks_as_the_general_step_does_in_any_buffe
                 assert_eq!(pcs, want);
                 assert_eq!(expected.1, StopReason::Outermost);
             }
-            for chunk in 1..=12 {
-                assert_eq!(
-                    fill_in_chunks::<X86_64>(regs, &st, code.clone(), opts, chunk),
-                    expected,
-                    "{spoil:?}, buffers of {chunk}, rows {}, {opts:?}",
-                    code.rows.len()
-                );
-            }
         }
     }
-    // AArch64 frame-pointer links whose return addresses carry PAC bits:
-    // the recursion shows only once they are stripped.
-    // And as SFrame rows of the record's shape that mark the return
-    // address signed.
+    // AArch64, as frame-pointer links and as SFrame rows of the record's
+    // shape that mark the return address signed: the return addresses
+    // carry PAC bits, so the recursion shows only once they are stripped.
     let pac = 0x007f_0000_0000_0000;
     let mut signed = fp_row;
     signed.mangled_ra = true;
@@ -1031,18 +1035,11 @@ fn a_recursion_through_frame_records_walks_as_the_general_step_does_in_any_buffe
                 spoil,
             );
             let regs = a64(CODE + 0x10, STACK, STACK + 16, 0);
-            let expected = walk_with::<Aarch64>(regs, true, &st, code.clone(), opts);
+            let what = format!("AArch64, {spoil:?}");
+            let expected = walks_alike_in_any_buffer::<Aarch64>(regs, &st, &code, opts, &what);
             if let (Spoil::None, true) = (spoil, opts.use_frame_pointers) {
                 assert_eq!(expected.0.len(), 9, "{:x?}", expected.0);
                 assert!(expected.0[1..7].iter().all(|f| f.pc == CODE + 0x54));
-            }
-            for chunk in 1..=12 {
-                assert_eq!(
-                    fill_in_chunks::<Aarch64>(regs, &st, code.clone(), opts, chunk),
-                    expected,
-                    "AArch64, {spoil:?}, buffers of {chunk}, rows {}, {opts:?}",
-                    code.rows.len()
-                );
             }
         }
     }
