@@ -20,7 +20,7 @@
 use core::cell::{Cell, RefCell};
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use super::{CodeMap, Frame, Lookup, Method, StopReason, Walker, SCAN_MEMO_WORDS};
+use super::{as_stored, CodeMap, Frame, Lookup, Method, StopReason, Walker, SCAN_MEMO_WORDS};
 use crate::arch::Arch;
 use crate::memory::MemoryReader;
 
@@ -376,10 +376,11 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             }
             Recalled::NotWorth => None,
             Recalled::Seen | Recalled::Stale => Some(self.record(state, key, out)),
-            Recalled::Replayed { n, stop, last } => {
-                // The last frame's registers come back in registers, not
-                // from `out`, which was just written a field at a time.
-                let [pc, sp, fp] = last;
+            Recalled::Replayed { n, stop, ref last } => {
+                // The last frame's registers come back from the replay's
+                // answer, not from `out`, which was just written a field at
+                // a time; each is read as stored.
+                let [pc, sp, fp] = [0, 1, 2].map(|i| as_stored(&last[i]));
                 self.regs = A::caller(&self.regs, pc, sp, fp);
                 self.depth += n;
                 self.pending = None;

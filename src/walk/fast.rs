@@ -11,7 +11,7 @@
 use crate::arch::Arch;
 use crate::formats::sframe::{CfaRule, RegRule};
 use crate::memory::MemoryReader;
-use crate::walk::{sp_exact, CodeMap, Frame, Lookup, Method};
+use crate::walk::{as_stored, sp_exact, CodeMap, Frame, Lookup, Method};
 
 /// An SFrame row reduced to what the hot path applies: `cfa = (fp | sp) +
 /// cfa_off`, the return address at `cfa + ra_off`, the frame pointer at
@@ -269,6 +269,26 @@ pub(crate) struct State {
     pub fp: u64,
     /// The answer for its lookup pc.
     pub here: Hot,
+}
+
+impl State {
+    /// The frame, frame pointer and answer [`run`] left, each field read
+    /// as it was written ([`as_stored`]).
+    #[inline(always)]
+    pub(crate) fn handed_back(&self) -> (Frame, u64, Hot) {
+        let f = &self.frame;
+        let frame = Frame {
+            pc: as_stored(&f.pc),
+            sp: as_stored(&f.sp),
+            precise: as_stored(&f.precise),
+            method: as_stored(&f.method),
+        };
+        let here = Hot {
+            w0: as_stored(&self.here.w0),
+            cfa_off: as_stored(&self.here.cfa_off),
+        };
+        (frame, as_stored(&self.fp), here)
+    }
 }
 
 /// What one step does with an answer, by its kind and the walk's options:
