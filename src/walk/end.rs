@@ -380,7 +380,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
                 // The last frame's registers come back from the replay's
                 // answer, not from `out`, which was just written a field at
                 // a time; each is read as stored.
-                let [pc, sp, fp] = [0, 1, 2].map(|i| as_stored(&last[i]));
+                let [pc, sp, fp] = last.each_ref().map(as_stored);
                 self.regs = A::caller(&self.regs, pc, sp, fp);
                 self.depth += n;
                 self.pending = None;
