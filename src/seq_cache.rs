@@ -23,7 +23,8 @@ impl<const W: usize> Entry<W> {
 }
 
 /// `N` entries (a power of two) of `W` words each, aligned so that
-/// 32-byte entries never straddle a cache line.
+/// 32-byte entries never straddle a cache line (of 24-byte ones, a quarter
+/// do; each word still sits in one line).
 #[repr(align(64))]
 pub(crate) struct SeqCache<const N: usize, const W: usize> {
     entries: [Entry<W>; N],

@@ -1,24 +1,24 @@
 //! The per-pc cache of [`Hot`] answers that the walk's hot path probes once
-//! per frame: a sequence-locked cache of two words per pc (see
+//! per frame: a sequence-locked cache of one word per pc (see
 //! [`crate::rule_cache`] for the protocol).
 
 use crate::seq_cache::SeqCache;
 use crate::walk::fast::Hot;
 
-/// Number of entries: 8192 × 32 bytes = 256 KiB.
+/// Number of entries: 8192 × 24 bytes = 192 KiB.
 pub const ENTRIES: usize = 8192;
 
-static CACHE: SeqCache<ENTRIES, 2> = SeqCache::new();
+static CACHE: SeqCache<ENTRIES, 1> = SeqCache::new();
 
 /// The cached answer for `key` in table generation `generation`, if any.
 #[inline(always)]
 pub fn get(key: u64, generation: u64) -> Option<Hot> {
-    CACHE.get(key, generation).map(Hot::from_words)
+    CACHE.get(key, generation).map(|[w]| Hot::from_word(w))
 }
 
 /// Remembers `hot` for `key` in table generation `generation`.
 pub(crate) fn put(key: u64, generation: u64, hot: Hot) {
-    CACHE.put(key, generation, hot.pack());
+    CACHE.put(key, generation, [hot.pack()]);
 }
 
 /// Empties the cache (for measuring cold walks). Safe at any time.

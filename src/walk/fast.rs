@@ -53,21 +53,20 @@ pub enum HotKind {
     /// A row the hot path applies ([`Hot::rule`]).
     Rule,
     /// Anything else (FLEX rows, signal frames and trampolines, compact
-    /// encodings, the outermost frame, offsets too large to pack): the
-    /// general step.
+    /// encodings, the outermost frame, offsets too large to pack into
+    /// [`Hot`]): the general step.
     Slow,
 }
 
-/// A [`HotKind`] with its rule, packed into two words so the walk's inner
-/// loop decodes it with shifts, in registers. Word 0 of a valid answer is
-/// never 0.
+/// A [`HotKind`] with its rule, packed into one word so the step cache
+/// holds it in one word and the walk's inner loop decodes it with shifts,
+/// in registers. A valid answer is never 0.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Hot {
-    /// Kind (bits 0-3), flags (4: CFA from fp, 5: mangled RA, 6: fp saved),
-    /// RA offset (bits 16-31) and FP offset (bits 32-47).
-    w0: u64,
-    /// The CFA offset.
-    cfa_off: i64,
+    /// Kind (bits 0-3), flags (4: CFA from fp, 5: mangled RA, 6: fp
+    /// saved), RA offset (bits 8-23), FP offset (bits 24-39) and CFA offset
+    /// (bits 40-63, signed).
+    w: u64,
 }
 
 const OUTSIDE: u64 = 1;
@@ -82,23 +81,18 @@ const FP_RULE: u64 = 5;
 
 impl Hot {
     /// Not in known code.
-    pub const OUTSIDE: Hot = Hot {
-        w0: OUTSIDE,
-        cfa_off: 0,
-    };
+    pub const OUTSIDE: Hot = Hot { w: OUTSIDE };
     /// Known code without a table row.
-    pub const NO_INFO: Hot = Hot {
-        w0: NO_INFO,
-        cfa_off: 0,
-    };
+    pub const NO_INFO: Hot = Hot { w: NO_INFO };
     /// Left to the general step.
-    pub const SLOW: Hot = Hot {
-        w0: SLOW,
-        cfa_off: 0,
-    };
+    pub const SLOW: Hot = Hot { w: SLOW };
 
-    /// A rule the hot path applies.
+    /// A rule the hot path applies; [`Hot::SLOW`] if its CFA offset needs
+    /// more than the 24 bits it is packed into (a frame of 8 MiB or more).
     pub const fn from_rule(r: FastRule) -> Hot {
+        if r.cfa_off < -(1 << 23) || r.cfa_off >= 1 << 23 {
+            return Hot::SLOW;
+        }
         let (fp_saved, fp_off) = match r.fp_off {
             Some(o) => (1, o),
             None => (0, 0),
@@ -110,22 +104,21 @@ impl Hot {
             && r.ra_off == link.ra_off
             && matches!((r.fp_off, link.fp_off), (Some(a), Some(b)) if a == b);
         let kind = if fp_shaped { FP_RULE } else { RULE };
-        let w0 = kind
-            | (r.cfa_fp as u64) << 4
-            | (r.mangled_ra as u64) << 5
-            | fp_saved << 6
-            | (r.ra_off as u16 as u64) << 16
-            | (fp_off as u16 as u64) << 32;
         Hot {
-            w0,
-            cfa_off: r.cfa_off as i64,
+            w: kind
+                | (r.cfa_fp as u64) << 4
+                | (r.mangled_ra as u64) << 5
+                | fp_saved << 6
+                | (r.ra_off as u16 as u64) << 8
+                | (fp_off as u16 as u64) << 24
+                | (r.cfa_off as u64) << 40,
         }
     }
 
     /// Which kind of answer this is.
     #[inline(always)]
     pub fn kind(self) -> HotKind {
-        match self.w0 & 0xf {
+        match self.w & 0xf {
             OUTSIDE => HotKind::Outside,
             NO_INFO => HotKind::NoInfo,
             RULE | FP_RULE => HotKind::Rule,
@@ -136,14 +129,14 @@ impl Hot {
     /// Whether this pc lies outside known code.
     #[inline(always)]
     pub fn is_outside(self) -> bool {
-        self.w0 & 0xf == OUTSIDE
+        self.w & 0xf == OUTSIDE
     }
 
     /// The rule, for a [`HotKind::Rule`] answer.
     pub fn rule(self) -> FastRule {
         FastRule {
             cfa_fp: self.cfa_fp(),
-            cfa_off: self.cfa_off as i32,
+            cfa_off: self.cfa_off() as i32,
             ra_off: self.ra_off() as i16,
             fp_off: self.fp_off().map(|o| o as i16),
             mangled_ra: self.mangled_ra(),
@@ -194,48 +187,45 @@ impl Hot {
     /// For a rule: the CFA is based on the frame pointer.
     #[inline(always)]
     pub(crate) fn cfa_fp(self) -> bool {
-        self.w0 & 1 << 4 != 0
+        self.w & 1 << 4 != 0
     }
 
     /// For a rule: the CFA offset.
     #[inline(always)]
     pub(crate) fn cfa_off(self) -> u64 {
-        self.cfa_off as u64
+        (self.w as i64 >> 40) as u64
     }
 
     /// For a rule: the return address's offset from the CFA.
     #[inline(always)]
     pub(crate) fn ra_off(self) -> u64 {
-        (self.w0 >> 16) as u16 as i16 as i64 as u64
+        (self.w >> 8) as u16 as i16 as i64 as u64
     }
 
     /// For a rule: the saved frame pointer's offset from the CFA.
     #[inline(always)]
     pub(crate) fn fp_off(self) -> Option<u64> {
-        (self.w0 & 1 << 6 != 0).then_some((self.w0 >> 32) as u16 as i16 as i64 as u64)
+        (self.w & 1 << 6 != 0).then_some((self.w >> 24) as u16 as i16 as i64 as u64)
     }
 
     /// For a rule: the return address carries PAC bits.
     #[inline(always)]
     pub(crate) fn mangled_ra(self) -> bool {
-        self.w0 & 1 << 5 != 0
+        self.w & 1 << 5 != 0
     }
 
-    /// Packs into two words for a cache.
+    /// Packs into one word for a cache.
     #[inline(always)]
-    pub fn pack(self) -> [u64; 2] {
-        [self.w0, self.cfa_off as u64]
+    pub fn pack(self) -> u64 {
+        self.w
     }
 
-    /// The inverse of [`Hot::pack`] without checks: words it never wrote
-    /// read as an answer of no known kind, which the walk treats as
+    /// The inverse of [`Hot::pack`] without checks: a word it never wrote
+    /// reads as an answer of no known kind, which the walk treats as
     /// [`HotKind::Slow`].
     #[inline(always)]
-    pub fn from_words(w: [u64; 2]) -> Hot {
-        Hot {
-            w0: w[0],
-            cfa_off: w[1] as i32 as i64,
-        }
+    pub fn from_word(w: u64) -> Hot {
+        Hot { w }
     }
 }
 
@@ -284,8 +274,7 @@ impl State {
             method: as_stored(&f.method),
         };
         let here = Hot {
-            w0: as_stored(&self.here.w0),
-            cfa_off: as_stored(&self.here.cfa_off),
+            w: as_stored(&self.here.w),
         };
         (frame, as_stored(&self.fp), here)
     }
@@ -307,7 +296,7 @@ enum Step {
 
 #[inline(always)]
 fn step_for<const TABLES: bool, const FP: bool>(here: Hot) -> Step {
-    match here.w0 & 0xf {
+    match here.w & 0xf {
         FP_RULE if TABLES => Step::RecordRow,
         RULE if TABLES => Step::Row,
         NO_INFO | RULE | FP_RULE if FP => Step::RecordLink,
@@ -582,7 +571,7 @@ mod tests {
         signed.mangled_ra = true;
         let hot = Hot::classify(&Lookup::SFrame(signed), false);
         assert!(hot.cfa_fp() && hot.mangled_ra() && hot.fp_off().is_none());
-        assert_eq!(Hot::from_words(hot.pack()), hot);
+        assert_eq!(Hot::from_word(hot.pack()), hot);
     }
 
     #[test]
@@ -639,11 +628,26 @@ mod tests {
         for l in slow {
             assert_eq!(Hot::classify(&l, false).kind(), HotKind::Slow, "{l:?}");
         }
+        // The CFA offset is packed into 24 bits: a frame of 8 MiB or more
+        // is left to the general step, and the largest that fit round-trip.
+        let sp_plus = |o| row(CfaRule::SpPlus(o), RegRule::AtCfa(-8), RegRule::SameValue);
+        for o in [1 << 23, -(1 << 23) - 1, i32::MAX, i32::MIN] {
+            assert_eq!(
+                Hot::classify(&Lookup::SFrame(sp_plus(o)), false),
+                Hot::SLOW,
+                "{o}"
+            );
+        }
+        for o in [(1 << 23) - 1, -(1 << 23), -8] {
+            let hot = Hot::classify(&Lookup::SFrame(sp_plus(o)), false);
+            assert_eq!((hot.kind(), hot.rule().cfa_off), (HotKind::Rule, o));
+            assert_eq!(hot.cfa_off() as i64, i64::from(o));
+        }
         // Next to a known trampoline, even a plain row or no row is slow.
         assert_eq!(Hot::classify(&Lookup::SFrame(plain), true), Hot::SLOW);
         assert_eq!(Hot::classify(&Lookup::NoInfo, true), Hot::SLOW);
         assert_eq!(Hot::classify(&Lookup::NoInfo, false), Hot::NO_INFO);
         assert_eq!(Hot::classify(&Lookup::Outside, true), Hot::OUTSIDE);
-        assert_eq!(Hot::from_words([0, 0]).kind(), HotKind::Slow);
+        assert_eq!(Hot::from_word(0).kind(), HotKind::Slow);
     }
 }
