@@ -344,9 +344,13 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             | u64::from(u32::try_from(o.scan_words).ok()?) << 32;
         let state = method_code(cur.method) | u64::from(cur.precise) << 3 | u64::from(scans) << 8;
         let words = [cur.pc, cur.sp, A::fp(&self.regs), state, opts];
-        let key = words.iter().fold(0u64, |h, &w| {
-            (h ^ w).wrapping_mul(0x100_0000_01b3).rotate_left(23)
-        });
+        // Rotations and exclusive ors only: the cache's slot function
+        // multiplies the key anyway, and the replay compares every word, so
+        // a chain of multiplies here only delayed the probe.
+        let key = words
+            .iter()
+            .zip([0, 17, 29, 41, 53])
+            .fold(0u64, |h, (&w, r)| h ^ w.rotate_left(r));
         Some((words, key))
     }
 
