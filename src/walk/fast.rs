@@ -321,48 +321,17 @@ pub(crate) fn run<A: Arch, M: MemoryReader, C: CodeMap>(
     out: &mut [Frame],
 ) -> usize {
     match opts {
-        (true, true) => run_with::<A, M, C, true, true>(mem, code, context, state, out),
-        (true, false) => run_with::<A, M, C, true, false>(mem, code, context, state, out),
-        (false, true) => run_with::<A, M, C, false, true>(mem, code, context, state, out),
+        (true, true) => run_cached::<A, M, C, true, true>(mem, code, context, state, out),
+        (true, false) => run_cached::<A, M, C, true, false>(mem, code, context, state, out),
+        (false, true) => run_cached::<A, M, C, false, true>(mem, code, context, state, out),
         (false, false) => 0,
     }
 }
 
-#[inline(never)]
-fn run_with<A: Arch, M: MemoryReader, C: CodeMap, const TABLES: bool, const FP: bool>(
-    mem: &M,
-    code: &C,
-    context: u64,
-    state: &mut State,
-    out: &mut [Frame],
-) -> usize {
-    let mut n = 0;
-    loop {
-        let (k, missed) =
-            run_cached::<A, M, C, TABLES, FP>(mem, code, context, state, &mut out[n..]);
-        n += k;
-        // The caller whose answer was not cached: look it up, then take
-        // the step as the inner loop would have.
-        let Some((caller, fp)) = missed else {
-            return n;
-        };
-        let next = code.hot_missed(caller.lookup_pc(), context);
-        if next.is_outside() {
-            return n;
-        }
-        out[n] = state.frame;
-        n += 1;
-        *state = State {
-            frame: caller,
-            fp,
-            here: next,
-        };
-    }
-}
-
-/// [`run`]'s inner loop, which calls nothing: it takes answers from the
-/// cache only, and returns the caller (and its frame pointer) whose answer
-/// it lacks, with `state` still at the frame before it.
+/// [`run`]'s loop. It takes answers from the cache and calls out only on
+/// a miss (cold), to look the caller up: values live across that call are
+/// saved on the miss path alone, so the loop keeps its registers, and a
+/// cold walk does not leave and re-enter the loop at every new pc.
 #[inline(never)]
 fn run_cached<A: Arch, M: MemoryReader, C: CodeMap, const TABLES: bool, const FP: bool>(
     mem: &M,
@@ -370,7 +339,7 @@ fn run_cached<A: Arch, M: MemoryReader, C: CodeMap, const TABLES: bool, const FP
     context: u64,
     state: &mut State,
     out: &mut [Frame],
-) -> (usize, Option<(Frame, u64)>) {
+) -> usize {
     let State {
         frame: first,
         mut fp,
@@ -382,7 +351,6 @@ fn run_cached<A: Arch, M: MemoryReader, C: CodeMap, const TABLES: bool, const FP
     // what a caller's return address is compared with.
     let mut pc = first.pc.wrapping_add(first.precise as u64);
     let (mut sp, mut method) = (first.sp, first.method);
-    let mut missed = None;
     let mut n = 0;
     while n < out.len() {
         let (cfa, caller_pc, caller_fp, caller_method);
@@ -444,10 +412,7 @@ fn run_cached<A: Arch, M: MemoryReader, C: CodeMap, const TABLES: bool, const FP
         } else {
             match code.hot_cached(caller_pc - 1, context) {
                 Some(h) => h,
-                None => {
-                    missed = Some((returned(caller_pc, cfa, caller_method), caller_fp));
-                    break;
-                }
+                None => code.hot_missed(caller_pc - 1, context),
             }
         };
         if next.is_outside() {
@@ -472,7 +437,7 @@ fn run_cached<A: Arch, M: MemoryReader, C: CodeMap, const TABLES: bool, const FP
         out[0] = first;
         state.frame = returned(pc, sp, method);
     }
-    (n, missed)
+    n
 }
 
 /// Goes on with a recursion through frame records: from the frame at `pc`
