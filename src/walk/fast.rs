@@ -351,8 +351,11 @@ fn run_cached<A: Arch, M: MemoryReader, C: CodeMap, const TABLES: bool, const FP
     // what a caller's return address is compared with.
     let mut pc = first.pc.wrapping_add(first.precise as u64);
     let (mut sp, mut method) = (first.sp, first.method);
-    let mut n = 0;
-    while n < out.len() {
+    // Slots as a cursor and an end, not a base, an index and a length:
+    // one register fewer in a loop that needs all of them.
+    let len = out.len();
+    let mut slots = out.iter_mut();
+    while slots.len() != 0 {
         let (cfa, caller_pc, caller_fp, caller_method);
         match step_for::<TABLES, FP>(here) {
             step @ (Step::RecordRow | Step::RecordLink) => {
@@ -418,16 +421,21 @@ fn run_cached<A: Arch, M: MemoryReader, C: CodeMap, const TABLES: bool, const FP
         if next.is_outside() {
             break;
         }
-        out[n] = returned(pc, sp, method);
-        n += 1;
+        let Some(slot) = slots.next() else {
+            break;
+        };
+        *slot = returned(pc, sp, method);
         (pc, sp, fp, method) = (caller_pc, cfa, caller_fp, caller_method);
         here = next;
         if recursion {
             let mut at = (sp, fp, method);
-            n += recurse::<A, M, TABLES, FP>(mem, here, pc, &mut at, &mut out[n..]);
+            let rest = core::mem::take(&mut slots).into_slice();
+            let k = recurse::<A, M, TABLES, FP>(mem, here, pc, &mut at, rest);
+            slots = rest[k..].iter_mut();
             (sp, fp, method) = at;
         }
     }
+    let n = len - slots.len();
     // The frame pointer and answer go back on every exit (unchanged when
     // nothing moved): keeping them live to the end gives LLVM a loop some
     // two instructions a frame shorter (callgrind).
