@@ -273,10 +273,7 @@ impl State {
             precise: as_stored(&f.precise),
             method: as_stored(&f.method),
         };
-        let here = Hot {
-            w: as_stored(&self.here.w),
-        };
-        (frame, as_stored(&self.fp), here)
+        (frame, as_stored(&self.fp), as_stored(&self.here))
     }
 }
 
