@@ -173,8 +173,8 @@ pub trait CodeMap {
     }
 
     /// [`CodeMap::hot_at`] when the answer is at hand without a search
-    /// (cached); `None` sends the hot path out of its inner loop to call
-    /// [`CodeMap::hot_at`]. The default always answers.
+    /// (cached); on `None` the hot loop calls [`CodeMap::hot_missed`], on
+    /// its cold path. The default always answers.
     #[inline(always)]
     fn hot_cached(&self, key: u64, context: u64) -> Option<Hot> {
         Some(self.hot_at(key, context))
