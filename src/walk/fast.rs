@@ -410,10 +410,9 @@ fn run_cached<A: Arch, M: MemoryReader, C: CodeMap, const TABLES: bool, const FP
         let next = if recursion {
             here
         } else {
-            match code.hot_cached(caller_pc - 1, context) {
-                Some(h) => h,
-                None => code.hot_missed(caller_pc - 1, context),
-            }
+            let key = caller_pc - 1;
+            code.hot_cached(key, context)
+                .unwrap_or_else(|| code.hot_missed(key, context))
         };
         if next.is_outside() {
             break;
