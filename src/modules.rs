@@ -29,8 +29,9 @@ pub const MAX_SEGMENTS: usize = 8;
 pub const MAX_NAME: usize = 192;
 /// Longest build ID kept, in bytes (GNU build IDs are 20).
 pub const MAX_BUILD_ID: usize = 32;
-/// Most signal-return trampolines remembered.
-pub const MAX_TRAMPOLINES: usize = 4;
+/// Most signal-return trampolines remembered: the C library's or the
+/// vDSO's, and the restorers runtimes installed themselves.
+pub const MAX_TRAMPOLINES: usize = 8;
 
 /// One loaded segment of a module.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -260,6 +260,82 @@ fn walks_from_a_handler_on_an_alternate_signal_stack() {
     drop(alt);
 }
 
+// A signal-return trampoline of this program's own, as language runtimes
+// install: the kernel's sigreturn sequence after a trap instruction (so the
+// byte before it, where a return address is looked up, is in no function).
+#[cfg(target_arch = "x86_64")]
+core::arch::global_asm!(
+    ".text",
+    ".p2align 4",
+    ".byte 0xcc",
+    ".globl sm_test_own_restorer",
+    "sm_test_own_restorer:",
+    ".byte 0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05",
+);
+#[cfg(target_arch = "aarch64")]
+core::arch::global_asm!(
+    ".text",
+    ".p2align 4",
+    "brk #0",
+    ".globl sm_test_own_restorer",
+    "sm_test_own_restorer:",
+    "mov x8, #139",
+    "svc #0",
+);
+
+extern "C" {
+    fn sm_test_own_restorer();
+}
+
+/// A handler whose restorer is the program's own, not the C library's:
+/// the walk knows that trampoline by its code alone, since the module table
+/// registered only the C library's.
+#[test]
+fn walks_through_a_signal_frame_whose_restorer_nothing_registered() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    setup();
+    /// The kernel's `struct sigaction` (x86_64 and AArch64 alike).
+    #[repr(C)]
+    struct KernelSigaction {
+        handler: usize,
+        flags: u64,
+        restorer: usize,
+        mask: u64,
+    }
+    const SA_RESTORER: u64 = 0x0400_0000;
+    let restorer = sm_test_own_restorer as *const () as usize;
+    let act = KernelSigaction {
+        handler: on_usr1 as *const () as usize,
+        flags: libc::SA_SIGINFO as u64 | SA_RESTORER,
+        restorer,
+        mask: 0,
+    };
+    // SAFETY: rt_sigaction with a kernel-layout action whose handler and
+    // restorer are functions of this program; SIGUSR1 is only used by
+    // these tests, which run one at a time.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigaction,
+            libc::SIGUSR1,
+            &act as *const KernelSigaction,
+            std::ptr::null_mut::<KernelSigaction>(),
+            8usize,
+        )
+    };
+    assert_eq!(rc, 0);
+    stackmark::refresh().unwrap();
+    let own = check_signal_walks();
+    let i = own
+        .iter()
+        .position(|f| f.method == Method::SignalFrame)
+        .unwrap();
+    assert_eq!(
+        own[i - 1].pc,
+        restorer as u64,
+        "the frame before the signal frame is the restorer"
+    );
+}
+
 /// Raises SIGUSR1 under a handler installed with `flags` and checks both
 /// of the handler's walks: its own, through the signal frame, and the one
 /// from its `ucontext`.
@@ -273,6 +349,12 @@ fn signal_walks(flags: i32) {
     }
     // The handler is installed now, so glibc's restorer is known: refresh.
     stackmark::refresh().unwrap();
+    check_signal_walks();
+}
+
+/// Raises SIGUSR1 under the handler installed and checks both of its walks;
+/// returns the handler's own.
+fn check_signal_walks() -> Vec<Frame> {
     sm_test_signal_outer();
     // SAFETY: the handler has finished.
     let b = unsafe { &*SIG.0.get() };
@@ -294,6 +376,7 @@ fn signal_walks(flags: i32) {
         own[i].pc, uc[0].pc,
         "both walks agree on the interrupted pc"
     );
+    own.to_vec()
 }
 
 // --- Corrupted stacks ---------------------------------------------------------

@@ -663,36 +663,106 @@ unsafe extern "C" fn on_object(
     0
 }
 
-/// The address of glibc's `__restore_rt`, from the `sa_restorer` glibc
-/// records in every handler it installs.
-#[cfg(target_arch = "x86_64")]
-fn signal_trampolines(table: &mut Table) {
-    // SAFETY: sigaction with a null new action only queries; the temporary
-    // handler below is a no-op on a signal whose default is to be ignored,
-    // installed and removed at once, only when the signal had no handler.
-    unsafe {
-        let mut old: libc::sigaction = core::mem::zeroed();
-        for sig in [libc::SIGSEGV, libc::SIGBUS, libc::SIGCHLD, libc::SIGURG] {
-            if libc::sigaction(sig, core::ptr::null(), &mut old) == 0 && old.sa_restorer.is_some() {
-                table.add_trampoline(old.sa_restorer.map_or(0, |f| f as usize as u64));
-                return;
+/// The kernel's `struct sigaction` on x86_64 and AArch64 alike (not the C
+/// library's: the kernel's view holds the restorer whoever installed it).
+#[repr(C)]
+#[derive(Default)]
+struct KernelSigaction {
+    handler: usize,
+    flags: u64,
+    restorer: usize,
+    mask: u64,
+}
+
+/// `SA_RESTORER`: the handler returns through `restorer`.
+const SA_RESTORER: u64 = 0x0400_0000;
+
+/// The signals `rt_sigaction` takes: 1 to `SIGRTMAX`, 64 on Linux.
+const SIGNALS: core::ops::RangeInclusive<c_int> = 1..=64;
+
+/// The signal's action as the kernel holds it; `None` if the query fails.
+fn kernel_action(sig: c_int) -> Option<KernelSigaction> {
+    let mut now = KernelSigaction::default();
+    // SAFETY: rt_sigaction with a null new action only writes the current
+    // one to `now`, a kernel-layout action of the size passed.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigaction,
+            sig,
+            core::ptr::null::<KernelSigaction>(),
+            &mut now as *mut KernelSigaction,
+            8usize,
+        )
+    };
+    (rc == 0).then_some(now)
+}
+
+/// The restorer of every handler installed with one, as the kernel holds
+/// it: the C library's, and any a runtime installed itself through
+/// `rt_sigaction` with its own sigreturn trampoline. Handlers installed
+/// after this refresh are known only if they share one of these.
+fn installed_restorers(table: &mut Table) {
+    for sig in SIGNALS {
+        if let Some(a) = kernel_action(sig) {
+            if a.flags & SA_RESTORER != 0 {
+                table.add_trampoline(a.restorer as u64);
             }
-        }
-        extern "C" fn ignore(_: c_int) {}
-        let mut tmp: libc::sigaction = core::mem::zeroed();
-        tmp.sa_sigaction = ignore as *const () as usize;
-        tmp.sa_flags = libc::SA_RESTART;
-        if libc::sigaction(libc::SIGURG, &tmp, &mut old) == 0 {
-            let mut now: libc::sigaction = core::mem::zeroed();
-            libc::sigaction(libc::SIGURG, &old, &mut now);
-            table.add_trampoline(now.sa_restorer.map_or(0, |f| f as usize as u64));
         }
     }
 }
 
-/// `__kernel_rt_sigreturn` in the vDSO, found by its code.
+/// glibc's `__restore_rt`, which glibc gives every handler it installs
+/// (first: it serves handlers installed after this refresh too), and every
+/// installed handler's own restorer.
+#[cfg(target_arch = "x86_64")]
+fn signal_trampolines(table: &mut Table) {
+    glibc_restorer(table);
+    installed_restorers(table);
+}
+
+/// glibc's `__restore_rt`, learned from a no-op handler installed through
+/// glibc for a moment on a signal that has none.
+#[cfg(target_arch = "x86_64")]
+fn glibc_restorer(table: &mut Table) {
+    // Ignored by default: a no-op handler there, installed and removed at
+    // once, changes nothing a signal arriving meanwhile would see.
+    for sig in [libc::SIGURG, libc::SIGWINCH, libc::SIGCHLD] {
+        if kernel_action(sig).is_none_or(|a| a.handler != libc::SIG_DFL) {
+            continue;
+        }
+        extern "C" fn ignore(_: c_int) {}
+        // SAFETY: installs a no-op handler on a signal that had none and
+        // whose default is to be ignored, then puts the old action back.
+        unsafe {
+            let mut tmp: libc::sigaction = core::mem::zeroed();
+            tmp.sa_sigaction = ignore as *const () as usize;
+            tmp.sa_flags = libc::SA_RESTART;
+            let mut old: libc::sigaction = core::mem::zeroed();
+            if libc::sigaction(sig, &tmp, &mut old) != 0 {
+                continue;
+            }
+            let glibc = kernel_action(sig);
+            libc::sigaction(sig, &old, core::ptr::null_mut());
+            if let Some(a) = glibc.filter(|a| a.flags & SA_RESTORER != 0) {
+                table.add_trampoline(a.restorer as u64);
+            }
+        }
+        return;
+    }
+}
+
+/// `__kernel_rt_sigreturn` in the vDSO, where the kernel returns from a
+/// handler installed without a restorer (glibc's are), and every installed
+/// handler's own restorer.
 #[cfg(target_arch = "aarch64")]
 fn signal_trampolines(table: &mut Table) {
+    vdso_trampoline(table);
+    installed_restorers(table);
+}
+
+/// `__kernel_rt_sigreturn` in the vDSO, found by its code.
+#[cfg(target_arch = "aarch64")]
+fn vdso_trampoline(table: &mut Table) {
     use crate::arch::{Arch, Native};
     // SAFETY: getauxval only reads the auxiliary vector.
     let vdso = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) };
