@@ -287,29 +287,23 @@ extern "C" {
     fn sm_test_own_restorer();
 }
 
-/// A handler whose restorer is the program's own, not the C library's:
-/// the walk knows that trampoline by its code alone, since the module table
-/// registered only the C library's.
+/// A handler installed through `rt_sigaction` with the program's own
+/// restorer, not the C library's: the refresh after it learns that
+/// trampoline from the kernel's view of the installed handlers.
 #[test]
 fn walks_through_a_signal_frame_whose_restorer_nothing_registered() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     setup();
-    /// The kernel's `struct sigaction` (x86_64 and AArch64 alike).
-    #[repr(C)]
-    struct KernelSigaction {
-        handler: usize,
-        flags: u64,
-        restorer: usize,
-        mask: u64,
-    }
     const SA_RESTORER: u64 = 0x0400_0000;
     let restorer = sm_test_own_restorer as *const () as usize;
-    let act = KernelSigaction {
-        handler: on_usr1 as *const () as usize,
-        flags: libc::SA_SIGINFO as u64 | SA_RESTORER,
-        restorer,
-        mask: 0,
-    };
+    // The kernel's `struct sigaction` on x86_64 and AArch64 alike: handler,
+    // flags, restorer, mask.
+    let act: [u64; 4] = [
+        on_usr1 as *const () as usize as u64,
+        libc::SA_SIGINFO as u64 | SA_RESTORER,
+        restorer as u64,
+        0,
+    ];
     // SAFETY: rt_sigaction with a kernel-layout action whose handler and
     // restorer are functions of this program; SIGUSR1 is only used by
     // these tests, which run one at a time.
@@ -317,8 +311,8 @@ fn walks_through_a_signal_frame_whose_restorer_nothing_registered() {
         libc::syscall(
             libc::SYS_rt_sigaction,
             libc::SIGUSR1,
-            &act as *const KernelSigaction,
-            std::ptr::null_mut::<KernelSigaction>(),
+            act.as_ptr(),
+            std::ptr::null_mut::<u64>(),
             8usize,
         )
     };
