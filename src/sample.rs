@@ -73,7 +73,8 @@ pub const PROFILE_OPTIONS: crate::walk::WalkOptions = crate::walk::WalkOptions {
 /// ever claimed) uses slot `p % RING_SLOTS` in lap `p / RING_SLOTS`; the
 /// slot's `lap` word says where it is: `2 * lap` free for that lap's
 /// writer, `2 * lap + 1` holding that lap's sample, which the reader turns
-/// into `2 * (lap + 1)`.
+/// into `2 * (lap + 1)`. `lap` comes first ([`prefault_ring`] relies on it).
+#[repr(C)]
 struct Slot {
     lap: AtomicUsize,
     sample: UnsafeCell<Sample>,
@@ -83,7 +84,9 @@ struct Slot {
 /// claim positions in order with a compare-exchange on `next`, only when
 /// the slot is free for them; the reader takes positions in order from
 /// `read`, and stops at one claimed but not yet written, which a later
-/// drain takes. Writers never wait: a full ring drops the sample.
+/// drain takes. Writers never wait: a full ring drops the sample. `next`
+/// follows the slots directly ([`prefault_ring`] relies on it).
+#[repr(C)]
 struct Ring {
     slots: [Slot; RING_SLOTS],
     next: AtomicUsize,
@@ -401,13 +404,27 @@ impl Drop for ThreadTimer {
 /// inside the handler, and in a virtual machine such a fault can cost more
 /// than a hundred walks. Each slot's `lap` word is rewritten with its own
 /// value by a compare-exchange (a write the compiler keeps, unlike an
-/// atomic add of 0), which leaves a sample in flight intact.
+/// atomic add of 0), which leaves a sample in flight intact. A slot is
+/// smaller than a page, so every page the slots span holds a `lap` word,
+/// except perhaps the last, which holds the tail of the last slot only:
+/// `next`, just after the slots, is rewritten the same way for that one.
 fn prefault_ring() {
+    let rewrite = |w: &AtomicUsize| {
+        let s = w.load(Relaxed);
+        let _ = w.compare_exchange(s, s, Relaxed, Relaxed);
+    };
     for slot in &RING.slots {
-        let s = slot.lap.load(Relaxed);
-        let _ = slot.lap.compare_exchange(s, s, Relaxed, Relaxed);
+        rewrite(&slot.lap);
     }
+    rewrite(&RING.next);
 }
+
+// What `prefault_ring` relies on: slots smaller than a page, each
+// starting with its `lap`, and `next` just after the last.
+const _: () = assert!(core::mem::size_of::<Slot>() <= 4096);
+const _: () = assert!(core::mem::offset_of!(Slot, lap) == 0);
+const _: () =
+    assert!(core::mem::offset_of!(Ring, next) == core::mem::size_of::<[Slot; RING_SLOTS]>());
 
 /// Arms `ITIMER_PROF` every `p`; zero disarms it.
 fn set_timer(p: core::time::Duration) -> std::io::Result<()> {
