@@ -152,12 +152,19 @@ impl Module {
         &self.segments[..self.segment_count as usize]
     }
 
-    /// Adds a segment; returns `false` (and keeps nothing) when full.
+    /// Adds a segment; returns `false` (and keeps nothing) when full. A
+    /// full module still takes an executable segment, in place of the last
+    /// non-executable one it holds: walks and symbolizing need the code.
     pub fn push_segment(&mut self, s: Segment) -> bool {
-        let n = self.segment_count as usize;
-        if n == MAX_SEGMENTS {
-            return false;
+        if self.segment_count as usize == MAX_SEGMENTS {
+            let data = self.segments.iter().rposition(|k| !k.executable());
+            let Some(i) = data.filter(|_| s.executable()) else {
+                return false;
+            };
+            self.segments.copy_within(i + 1.., i);
+            self.segment_count -= 1;
         }
+        let n = self.segment_count as usize;
         self.segments[n] = s;
         self.segment_count += 1;
         if s.executable() {
@@ -920,6 +927,40 @@ mod tests {
         let mut m = Module::EMPTY;
         assert!(m.push_segment(segment(PF_R | PF_X)));
         assert!(!m.exec_only);
+    }
+
+    #[test]
+    fn a_full_module_still_takes_code_in_place_of_its_last_data_segment() {
+        let seg = |i: u64, flags| Segment {
+            start: 0x10_0000 * (i + 1),
+            size: 0x1000,
+            vaddr: 0x10_0000 * (i + 1),
+            flags,
+        };
+        let mut m = Module::EMPTY;
+        assert!(m.push_segment(seg(0, PF_R | PF_X)));
+        for i in 1..MAX_SEGMENTS as u64 {
+            assert!(m.push_segment(seg(i, PF_R | PF_W)));
+        }
+        let data = seg(20, PF_R);
+        assert!(!m.push_segment(data), "full: data is left out");
+        let code = seg(21, PF_R | PF_X);
+        assert!(m.push_segment(code));
+        assert!(m.is_code(code.start) && m.is_code(0x10_0000));
+        // The last data segment made room; the order is kept.
+        let starts: Vec<u64> = m.segments().iter().map(|s| s.start).collect();
+        let mut want: Vec<u64> = (0..MAX_SEGMENTS as u64 - 1)
+            .map(|i| seg(i, 0).start)
+            .collect();
+        want.push(code.start);
+        assert_eq!(starts, want);
+        // Code by code only: once all are code, more is left out.
+        for i in 0..MAX_SEGMENTS as u64 - 2 {
+            assert!(m.push_segment(seg(30 + i, PF_R | PF_X)));
+        }
+        assert!(m.segments().iter().all(Segment::executable));
+        assert!(!m.push_segment(seg(40, PF_R | PF_X)));
+        assert!(m.is_code(0x10_0000 * 31) && !m.is_code(0x10_0000 * 41));
     }
 
     #[test]
