@@ -23,7 +23,8 @@ use crate::walk::{CodeMap, Lookup};
 /// Most modules the table holds; further modules are left out (and counted
 /// in [`Table::dropped_modules`]).
 pub const MAX_MODULES: usize = 512;
-/// Most `PT_LOAD` segments kept per module; further segments are left out.
+/// Most `PT_LOAD` segments kept per module; further segments are left out,
+/// data before code ([`Module::push_segment`]).
 pub const MAX_SEGMENTS: usize = 8;
 /// Longest module path kept, in bytes; longer paths keep their tail.
 pub const MAX_NAME: usize = 192;
