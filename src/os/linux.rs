@@ -677,6 +677,13 @@ struct KernelSigaction {
 /// `SA_RESTORER`: the handler returns through `restorer`.
 const SA_RESTORER: u64 = 0x0400_0000;
 
+impl KernelSigaction {
+    /// The trampoline the handler returns through, if it was given one.
+    fn restorer(&self) -> Option<u64> {
+        (self.flags & SA_RESTORER != 0).then_some(self.restorer as u64)
+    }
+}
+
 /// The signals `rt_sigaction` takes: 1 to `SIGRTMAX`, 64 on Linux.
 const SIGNALS: core::ops::RangeInclusive<c_int> = 1..=64;
 
@@ -702,12 +709,8 @@ fn kernel_action(sig: c_int) -> Option<KernelSigaction> {
 /// `rt_sigaction` with its own sigreturn trampoline. Handlers installed
 /// after this refresh are known only if they share one of these.
 fn installed_restorers(table: &mut Table) {
-    for sig in SIGNALS {
-        if let Some(a) = kernel_action(sig) {
-            if a.flags & SA_RESTORER != 0 {
-                table.add_trampoline(a.restorer as u64);
-            }
-        }
+    for pc in SIGNALS.filter_map(|sig| kernel_action(sig)?.restorer()) {
+        table.add_trampoline(pc);
     }
 }
 
@@ -743,8 +746,8 @@ fn glibc_restorer(table: &mut Table) {
             }
             let glibc = kernel_action(sig);
             libc::sigaction(sig, &old, core::ptr::null_mut());
-            if let Some(a) = glibc.filter(|a| a.flags & SA_RESTORER != 0) {
-                table.add_trampoline(a.restorer as u64);
+            if let Some(pc) = glibc.and_then(|a| a.restorer()) {
+                table.add_trampoline(pc);
             }
         }
         return;
