@@ -294,14 +294,45 @@ extern "C" {
 fn walks_through_a_signal_frame_whose_restorer_nothing_registered() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     setup();
+    walk_through_own_restorer(sm_test_own_restorer as *const () as u64);
+}
+
+/// A restorer right after a function with an SFrame row: the handler's
+/// return address, looked up one byte early, finds that function's row,
+/// and the walk must still take the signal frame (it did not: the row won).
+#[test]
+fn walks_through_a_restorer_placed_right_after_a_function_with_a_row() {
+    use stackmark::walk::{CodeMap, Lookup};
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    setup();
+    let restorer = fx::sm_restorer_after_row as *const () as u64;
+    let before = fx::sm_row_before_restorer as *const () as u64;
+    // SAFETY: a leaf of the fixtures that returns 0.
+    assert_eq!(unsafe { fx::sm_row_before_restorer() }, 0);
+    // The guard is dropped at the end of the statement: the refresh below
+    // waits for every table guard.
+    match stackmark::modules::current().unwrap().lookup(restorer - 1) {
+        Lookup::SFrame(row) => assert_eq!(
+            (row.func_start, row.func_start + u64::from(row.func_size)),
+            (before, restorer),
+            "the row before the restorer ends where it starts"
+        ),
+        other => panic!("no row just before the restorer: {other:?}"),
+    }
+    walk_through_own_restorer(restorer);
+}
+
+/// Installs the SIGUSR1 handler through `rt_sigaction` with `restorer`,
+/// refreshes, and checks the handler's walks: the frame before the signal
+/// frame is the restorer.
+fn walk_through_own_restorer(restorer: u64) {
     const SA_RESTORER: u64 = 0x0400_0000;
-    let restorer = sm_test_own_restorer as *const () as usize;
     // The kernel's `struct sigaction` on x86_64 and AArch64 alike: handler,
     // flags, restorer, mask.
     let act: [u64; 4] = [
         on_usr1 as *const () as usize as u64,
         libc::SA_SIGINFO as u64 | SA_RESTORER,
-        restorer as u64,
+        restorer,
         0,
     ];
     // SAFETY: rt_sigaction with a kernel-layout action whose handler and
@@ -325,7 +356,7 @@ fn walks_through_a_signal_frame_whose_restorer_nothing_registered() {
         .unwrap();
     assert_eq!(
         own[i - 1].pc,
-        restorer as u64,
+        restorer,
         "the frame before the signal frame is the restorer"
     );
 }

@@ -696,9 +696,19 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             Lookup::Outside
         };
         // Trampolines have no row of their own (or a row marked signal);
-        // only outside known code is their code worth reading.
+        // only outside known code is their code worth reading. A return
+        // address is looked up one byte early, so a trampoline placed right
+        // after a function with a row finds that function's row: it still
+        // counts unless the function ends in a call (a call to a function
+        // that never returns leaves that same return address).
         let trampoline = match lookup {
-            Lookup::SFrame(row) => row.signal_frame && self.code.is_known_trampoline(cur.pc),
+            Lookup::SFrame(row) => {
+                self.code.is_known_trampoline(cur.pc)
+                    && (row.signal_frame
+                        || (!cur.precise
+                            && cur.pc.wrapping_sub(row.func_start) >= u64::from(row.func_size)
+                            && !self.after_call(cur.pc)))
+            }
             Lookup::Compact { .. } => false,
             Lookup::NoInfo => self.code.is_known_trampoline(cur.pc),
             Lookup::Outside => {

@@ -427,6 +427,42 @@ fn x86_64_signal_frame_restores_the_interrupted_registers_from_the_ucontext() {
     assert!(frames[2].precise);
 }
 
+#[test]
+fn a_known_trampoline_right_after_a_function_with_a_row_is_still_crossed() {
+    use x86_64::ucontext_offsets as o;
+    // The function before the trampoline ends where it starts, so the
+    // handler's return address, looked up one byte early, finds its row.
+    let walk_to = |tramp: u64| {
+        let mut before = at_call();
+        before.func_start = CODE + 0x80;
+        before.func_size = (tramp - before.func_start) as u32;
+        let mut words = vec![0u64; 64];
+        words[0] = tramp;
+        let uc = 8u64;
+        words[((uc + o::RIP) / 8) as usize] = CODE + 0x42;
+        words[((uc + o::RSP) / 8) as usize] = STACK + 0x100;
+        let mut code =
+            Fake::x86()
+                .row(CODE, CODE + 0x80, at_call())
+                .row(CODE + 0x80, tramp, before);
+        code.trampoline = Some(tramp);
+        walk::<X86_64>(x86(CODE + 0x10, STACK, 0), true, &stack(&words), code)
+    };
+    // No call ends at CODE + 0x101: only a signal frame returns there.
+    let (frames, _) = walk_to(CODE + 0x101);
+    assert_eq!(frames[1].pc, CODE + 0x101);
+    assert_eq!(
+        (frames[2].pc, frames[2].sp, frames[2].method),
+        (CODE + 0x42, STACK + 0x100, Method::SignalFrame)
+    );
+    // A call ends at CODE + 0x104: a call that never returns leaves that
+    // return address too, so the row is applied (it reads a zero there).
+    let (frames, stop) = walk_to(CODE + 0x104);
+    assert_eq!(frames.len(), 2);
+    assert_eq!(frames[1].pc, CODE + 0x104);
+    assert_eq!(stop, StopReason::ReturnAddressZero);
+}
+
 fn a64(pc: u64, sp: u64, fp: u64, lr: u64) -> aarch64::Regs {
     aarch64::Regs {
         pc,
