@@ -45,6 +45,10 @@ pub fn init() -> Result<u64, InitError> {
 
 /// Rebuilds the module table from the loader's list of objects. Not
 /// async-signal-safe; walks running meanwhile keep using the previous table.
+///
+/// It returns only once no walk uses the previous table: a thread that
+/// calls it while it holds a [`LiveWalker`] or a [`modules::TableGuard`]
+/// waits for itself forever. Drop them first.
 pub fn refresh() -> Result<u64, InitError> {
     crate::os::refresh().map_err(|_| InitError::Busy)
 }
@@ -69,7 +73,8 @@ pub fn capture() -> Regs {
 
 /// A live walk from `regs`. `precise` says whether the pc is an exact
 /// instruction (a signal context) rather than a return address. `None`
-/// before [`init`].
+/// before [`init`]. The walker pins the module table: drop it before
+/// this thread calls [`refresh`], which waits for it.
 pub fn walker(regs: Regs, precise: bool, opts: WalkOptions) -> Option<LiveWalker> {
     let table = modules::current()?;
     let mem = LiveMemory::new(Native::sp(&regs));

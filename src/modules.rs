@@ -697,7 +697,8 @@ pub(crate) static REGISTRY: Registry = Registry {
     generation: AtomicUsize::new(0),
 };
 
-/// A pinned, published table. While it lives, no refresh reuses its memory.
+/// A pinned, published table. While it lives, no refresh reuses its memory:
+/// a refresh that replaces it waits until it is dropped (see [`current`]).
 pub struct TableGuard {
     idx: usize,
     /// The pinned table, resolved once: the walk dereferences the guard for
@@ -726,7 +727,8 @@ impl core::fmt::Debug for TableGuard {
 }
 
 /// Pins the published table. Lock-free and async-signal-safe. `None` before
-/// the first refresh.
+/// the first refresh. A refresh waits until the guard is dropped, so a
+/// thread must not refresh while it holds one: it would wait forever.
 pub fn current() -> Option<TableGuard> {
     loop {
         let idx = REGISTRY.active.load(SeqCst);
