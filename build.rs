@@ -12,7 +12,10 @@ fn main() {
     if std::env::var("CARGO_CFG_TARGET_OS").as_deref() != Ok("linux") {
         return;
     }
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/link/sframe.ld");
+    // Read when the script runs, not baked in when it is compiled: a build
+    // script compiled for one checkout may be run for another.
+    let manifest = std::env::var("CARGO_MANIFEST_DIR").unwrap();
+    let script = format!("{manifest}/link/sframe.ld");
     // Cargo rejects these instructions for a kind with no target at all.
     let has_targets = |dir: &str| {
         std::fs::read_dir(dir).is_ok_and(|d| {
