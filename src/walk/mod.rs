@@ -703,11 +703,13 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
         // that never returns leaves that same return address).
         let trampoline = match lookup {
             Lookup::SFrame(row) => {
-                self.code.is_known_trampoline(cur.pc)
-                    && (row.signal_frame
-                        || (!cur.precise
-                            && cur.pc.wrapping_sub(row.func_start) >= u64::from(row.func_size)
-                            && !self.after_call(cur.pc)))
+                // Cheapest test first: most rows are neither marked nor
+                // end at the pc.
+                let ends_here =
+                    !cur.precise && cur.pc.wrapping_sub(row.func_start) >= u64::from(row.func_size);
+                (row.signal_frame || ends_here)
+                    && self.code.is_known_trampoline(cur.pc)
+                    && (row.signal_frame || !self.after_call(cur.pc))
             }
             Lookup::Compact { .. } => false,
             Lookup::NoInfo => self.code.is_known_trampoline(cur.pc),
