@@ -696,20 +696,19 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             Lookup::Outside
         };
         // Trampolines have no row of their own (or a row marked signal);
-        // only outside known code is their code worth reading. A return
-        // address is looked up one byte early, so a trampoline placed right
-        // after a function with a row finds that function's row: it still
-        // counts unless the function ends in a call (a call to a function
-        // that never returns leaves that same return address).
+        // only outside known code is their code worth reading.
         let trampoline = match lookup {
+            Lookup::SFrame(row) if row.signal_frame => self.code.is_known_trampoline(cur.pc),
+            // A return address is looked up one byte early, so a trampoline
+            // right after a function with a row finds that function's row:
+            // it still counts unless the function ends in a call (a call
+            // that never returns leaves the same return address). The
+            // cheap test, that the function ends at the pc, comes first.
             Lookup::SFrame(row) => {
-                // Cheapest test first: most rows are neither marked nor
-                // end at the pc.
-                let ends_here =
-                    !cur.precise && cur.pc.wrapping_sub(row.func_start) >= u64::from(row.func_size);
-                (row.signal_frame || ends_here)
+                !cur.precise
+                    && cur.pc.wrapping_sub(row.func_start) >= u64::from(row.func_size)
                     && self.code.is_known_trampoline(cur.pc)
-                    && (row.signal_frame || !self.after_call(cur.pc))
+                    && !self.after_call(cur.pc)
             }
             Lookup::Compact { .. } => false,
             Lookup::NoInfo => self.code.is_known_trampoline(cur.pc),
