@@ -260,33 +260,6 @@ fn walks_from_a_handler_on_an_alternate_signal_stack() {
     drop(alt);
 }
 
-// A signal-return trampoline of this program's own, as language runtimes
-// install: the kernel's sigreturn sequence after a trap instruction (so the
-// byte before it, where a return address is looked up, is in no function).
-#[cfg(target_arch = "x86_64")]
-core::arch::global_asm!(
-    ".text",
-    ".p2align 4",
-    ".byte 0xcc",
-    ".globl sm_test_own_restorer",
-    "sm_test_own_restorer:",
-    ".byte 0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05",
-);
-#[cfg(target_arch = "aarch64")]
-core::arch::global_asm!(
-    ".text",
-    ".p2align 4",
-    "brk #0",
-    ".globl sm_test_own_restorer",
-    "sm_test_own_restorer:",
-    "mov x8, #139",
-    "svc #0",
-);
-
-extern "C" {
-    fn sm_test_own_restorer();
-}
-
 /// A handler installed through `rt_sigaction` with the program's own
 /// restorer, not the C library's: the refresh after it learns that
 /// trampoline from the kernel's view of the installed handlers.
@@ -294,7 +267,7 @@ extern "C" {
 fn walks_through_a_signal_frame_whose_restorer_nothing_registered() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     setup();
-    walk_through_own_restorer(sm_test_own_restorer as *const () as u64);
+    walk_through_own_restorer(fx::sm_restorer_after_trap as *const () as u64);
 }
 
 /// A restorer right after a function with an SFrame row: the handler's
