@@ -301,6 +301,33 @@ impl Table {
         true
     }
 
+    /// Whether one of this table's modules holds `m`'s copy of its unwind
+    /// data (a module without a copy shares nothing).
+    pub(crate) fn shares_copy(&self, m: &Module) -> bool {
+        m.sframe_copy.0 != 0
+            && self
+                .modules()
+                .iter()
+                .any(|o| o.sframe_copy.0 == m.sframe_copy.0)
+    }
+
+    /// Appends `m`, built for this table while `old` is published. When
+    /// the table is full, `m` is left out and `release(m)` frees its copy,
+    /// unless it was reused from `old`: walks may be reading that one, and
+    /// it is freed with `old`, once none does.
+    pub(crate) fn push_or_release(
+        &mut self,
+        m: Module,
+        old: &Table,
+        release: impl FnOnce(&Module),
+    ) -> bool {
+        let pushed = self.push(m);
+        if !pushed && !old.shares_copy(&m) {
+            release(&m);
+        }
+        pushed
+    }
+
     /// Remembers the address of a signal-return trampoline.
     pub fn add_trampoline(&mut self, pc: u64) {
         if pc != 0 && self.trampoline_count < MAX_TRAMPOLINES && !self.is_trampoline(pc) {
@@ -799,12 +826,7 @@ pub(crate) fn refresh_with(
         std::thread::yield_now();
     }
     for m in old.modules() {
-        if m.sframe_copy.0 != 0
-            && !new
-                .modules()
-                .iter()
-                .any(|n| n.sframe_copy.0 == m.sframe_copy.0)
-        {
+        if m.sframe_copy.0 != 0 && !new.shares_copy(m) {
             release(m);
         }
     }
@@ -1103,5 +1125,32 @@ mod tests {
         println!("module tables: {bytes} bytes");
         assert!(bytes <= 1024 * 1024, "{bytes}");
         assert!(bytes > MAX_MODULES * (MAX_NAME + MAX_SEGMENTS * 32));
+    }
+
+    /// A module named `name` holding the copy `copy` (a made-up address:
+    /// these tests' release only records it).
+    fn with_copy(name: &[u8], copy: usize) -> Module {
+        let base = copy as u64 * 0x1_0000;
+        let mut m = module(name, &[(base, base + 0x1000)], &[]);
+        m.sframe_copy = (copy, 0x1000);
+        m
+    }
+
+    #[test]
+    fn a_full_table_leaves_a_module_out_but_keeps_a_copy_the_published_table_reads() {
+        let mut old = Box::new(Table::EMPTY);
+        old.push(with_copy(b"kept", 7));
+        let mut new = Box::new(Table::EMPTY);
+        for i in 0..MAX_MODULES {
+            assert!(new.push(with_copy(b"m", 100 + i)));
+        }
+        let mut freed = vec![];
+        // Reused from the published table, which walks may be reading.
+        assert!(!new.push_or_release(with_copy(b"kept", 7), &old, |m| freed.push(m.sframe_copy.0)));
+        // A copy made for the new table alone.
+        assert!(!new.push_or_release(with_copy(b"fresh", 8), &old, |m| freed
+            .push(m.sframe_copy.0)));
+        assert_eq!(freed, [8]);
+        assert_eq!(new.dropped_modules(), 2);
     }
 }

@@ -653,8 +653,10 @@ unsafe extern "C" fn on_object(
         }
     }
     let index = fill.new.modules().len();
-    if !fill.new.push(m) {
-        release_copy(m.sframe_copy);
+    if !fill
+        .new
+        .push_or_release(m, fill.old, |m| release_copy(m.sframe_copy))
+    {
         return 0;
     }
     let (vdso, interp) = fill.vdso_and_interp;

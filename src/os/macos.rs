@@ -207,18 +207,10 @@ fn image_module(mh: u64, name: &[u8], old: &Table) -> Option<Module> {
     Some(m)
 }
 
-/// Appends `m`. When the table is full, releases `m`'s copy of
-/// `__unwind_info` unless it was reused from `old`, the table still
-/// published (the release of `old` frees it once no walk reads it).
+/// Appends `m`; when the table is full, releases its copy of
+/// `__unwind_info` unless it was reused from `old` ([`Table::push_or_release`]).
 fn push(table: &mut Table, old: &Table, m: Module) {
-    if !table.push(m)
-        && !old
-            .modules()
-            .iter()
-            .any(|o| o.sframe_copy.0 == m.sframe_copy.0)
-    {
-        release_copy(m.sframe_copy);
-    }
+    table.push_or_release(m, old, |m| release_copy(m.sframe_copy));
 }
 
 /// Whether module `m` is the image whose `mach_header` is at `mh`.
