@@ -20,16 +20,39 @@ impl CodeMap for TableGuard {
     crate::walk::code_map_through_deref!();
 }
 
-/// Why [`init`] failed.
+/// Why [`init`] or [`refresh`] failed. The published module table stays as
+/// it was.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum InitError {
-    /// Another thread was refreshing the module table at the same time.
+    /// Images kept being loaded or unloaded through every attempt to read
+    /// the loader's list (macOS; dyld's callbacks still keep the table
+    /// current).
     Busy,
+    /// A walk or guard still held the table this refresh would reuse, the
+    /// one the previous refresh replaced, after
+    /// [`modules::REFRESH_WAIT`]: a [`LiveWalker`] or
+    /// [`modules::TableGuard`] kept across two refreshes (see
+    /// [`modules::RefreshError::InUse`]). Drop it and refresh again.
+    InUse,
+}
+
+impl From<modules::RefreshError> for InitError {
+    fn from(e: modules::RefreshError) -> InitError {
+        match e {
+            modules::RefreshError::Busy => InitError::Busy,
+            modules::RefreshError::InUse => InitError::InUse,
+        }
+    }
 }
 
 impl core::fmt::Display for InitError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str("the module table is being refreshed by another thread")
+        f.write_str(match self {
+            InitError::Busy => "libraries kept being loaded or unloaded while the module table was read",
+            InitError::InUse => {
+                "a walk or table guard still holds the module table replaced by the previous refresh"
+            }
+        })
     }
 }
 
@@ -46,11 +69,14 @@ pub fn init() -> Result<u64, InitError> {
 /// Rebuilds the module table from the loader's list of objects. Not
 /// async-signal-safe; walks running meanwhile keep using the previous table.
 ///
-/// It returns only once no walk uses the previous table: a thread that
-/// calls it while it holds a [`LiveWalker`] or a [`modules::TableGuard`]
-/// waits for itself forever. Drop them first.
+/// The table it replaces stays intact, so a thread may refresh while it
+/// holds a [`LiveWalker`] or a [`modules::TableGuard`]. The next refresh
+/// reuses that table's memory: it first waits for walks and guards still
+/// on it, at most [`modules::REFRESH_WAIT`], and then fails with
+/// [`InitError::InUse`], changing nothing. So drop guards and walkers
+/// before refreshing a second time.
 pub fn refresh() -> Result<u64, InitError> {
-    crate::os::refresh().map_err(|_| InitError::Busy)
+    crate::os::refresh().map_err(InitError::from)
 }
 
 /// Records the calling thread's stack bounds so walks on this thread,
@@ -73,8 +99,8 @@ pub fn capture() -> Regs {
 
 /// A live walk from `regs`. `precise` says whether the pc is an exact
 /// instruction (a signal context) rather than a return address. `None`
-/// before [`init`]. The walker pins the module table: drop it before
-/// this thread calls [`refresh`], which waits for it.
+/// before [`init`]. The walker pins the module table: the refresh after the
+/// one that replaces it waits for it (see [`refresh`]).
 pub fn walker(regs: Regs, precise: bool, opts: WalkOptions) -> Option<LiveWalker> {
     let table = modules::current()?;
     let mem = LiveMemory::new(Native::sp(&regs));

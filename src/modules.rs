@@ -1,10 +1,11 @@
 //! The fixed-memory module table and how it is refreshed.
 //!
 //! Two tables live in static memory. A refresh (never from a signal handler)
-//! fills the inactive one, publishes it with one atomic store, then waits for
-//! walks still reading the old one before reusing it. A walk pins the active
-//! table with an atomic reader count: no lock, no allocation, safe in a signal
-//! handler, including one that interrupts a refresh.
+//! fills the inactive one and publishes it with one atomic store. The table
+//! it replaces stays intact until the next refresh, which first waits for
+//! walks still reading it. A walk pins the active table with an atomic
+//! reader count: no lock, no allocation, safe in a signal handler,
+//! including one that interrupts a refresh.
 //!
 //! Each module's SFrame data is copied at refresh into memory the table owns
 //! (an anonymous mapping), so a library unloaded between refreshes leaves the
@@ -701,6 +702,13 @@ impl CodeMap for Table {
     }
 }
 
+/// How long a refresh waits for walks and guards still on the table it is
+/// about to reuse (the one the refresh before it replaced) before it gives
+/// up with [`RefreshError::InUse`]. A walk takes microseconds; only a guard
+/// or walker held across two refreshes, or pinned by a thread that no
+/// longer runs (see [`RefreshError::InUse`]), lasts this long.
+pub const REFRESH_WAIT: core::time::Duration = core::time::Duration::from_secs(2);
+
 /// The two tables and the state that publishes one of them.
 pub(crate) struct Registry {
     tables: [UnsafeCell<Table>; 2],
@@ -712,22 +720,17 @@ pub(crate) struct Registry {
 }
 
 // SAFETY: a table is written only by the refresh that holds `writing`, and
-// only while it is unpublished and has no readers (see `refresh_with`);
-// published tables are only read.
+// only while it is unpublished and has no readers (see
+// `Registry::refresh_within`); published tables are only read.
 unsafe impl Sync for Registry {}
 
-pub(crate) static REGISTRY: Registry = Registry {
-    tables: [UnsafeCell::new(Table::EMPTY), UnsafeCell::new(Table::EMPTY)],
-    active: AtomicUsize::new(usize::MAX),
-    readers: [AtomicUsize::new(0), AtomicUsize::new(0)],
-    writing: AtomicBool::new(false),
-    generation: AtomicUsize::new(0),
-};
+pub(crate) static REGISTRY: Registry = Registry::new();
 
-/// A pinned, published table. While it lives, no refresh reuses its memory:
-/// a refresh that replaces it waits until it is dropped (see [`current`]).
+/// A pinned, published table. While it lives, no refresh reuses its memory
+/// (see [`current`]).
 pub struct TableGuard {
-    idx: usize,
+    /// The reader count that pins the table.
+    readers: &'static AtomicUsize,
     /// The pinned table, resolved once: the walk dereferences the guard for
     /// every lookup. It is only handed out as a borrow of the guard.
     table: &'static Table,
@@ -743,7 +746,7 @@ impl core::ops::Deref for TableGuard {
 
 impl Drop for TableGuard {
     fn drop(&mut self) {
-        REGISTRY.readers[self.idx].fetch_sub(1, SeqCst);
+        self.readers.fetch_sub(1, SeqCst);
     }
 }
 
@@ -754,86 +757,139 @@ impl core::fmt::Debug for TableGuard {
 }
 
 /// Pins the published table. Lock-free and async-signal-safe. `None` before
-/// the first refresh. A refresh waits until the guard is dropped, so a
-/// thread must not refresh while it holds one: it would wait forever.
+/// the first refresh. The table stays intact while the guard lives: a
+/// refresh replaces it at once, but the refresh after that, which reuses
+/// its memory, waits for the guard (at most [`REFRESH_WAIT`], then fails
+/// with [`RefreshError::InUse`]). Drop guards before refreshing twice.
 pub fn current() -> Option<TableGuard> {
-    loop {
-        let idx = REGISTRY.active.load(SeqCst);
-        if idx > 1 {
-            return None;
-        }
-        REGISTRY.readers[idx].fetch_add(1, SeqCst);
-        if REGISTRY.active.load(SeqCst) == idx {
-            // SAFETY: the reader count just pinned keeps refreshes from
-            // writing this table until the guard is dropped, and the guard
-            // lends the reference out no longer than it lives.
-            let table = unsafe { &*REGISTRY.tables[idx].get() };
-            return Some(TableGuard { idx, table });
-        }
-        // A refresh switched tables in between: unpin and retry.
-        REGISTRY.readers[idx].fetch_sub(1, SeqCst);
-    }
+    REGISTRY.current()
 }
 
 /// Why a refresh did not happen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RefreshError {
-    /// Another thread is refreshing right now.
+    /// Images kept being loaded or unloaded through every attempt to read
+    /// the loader's list (macOS).
     Busy,
+    /// A walk or a guard still held the table this refresh would reuse
+    /// (the one the previous refresh replaced) after [`REFRESH_WAIT`]: a
+    /// [`TableGuard`] or walker kept across two refreshes, by this thread
+    /// or another, or, in a child after `fork`, a walk that another thread
+    /// of the parent had under way, which never ends. The published table
+    /// stays as it was.
+    InUse,
 }
 
-/// Fills the unpublished table with `fill(new, old)` and publishes it.
-/// `old` is the previously published table (empty at first), so `fill` can
-/// reuse per-module copies; `release(module)` is called afterwards for every
-/// module of the old table whose copy the new one did not keep.
-///
-/// Must not be called from a signal handler: it waits for walks that still
-/// read the table it is about to reuse.
+impl Registry {
+    /// Two empty tables, none published.
+    pub(crate) const fn new() -> Registry {
+        Registry {
+            tables: [UnsafeCell::new(Table::EMPTY), UnsafeCell::new(Table::EMPTY)],
+            active: AtomicUsize::new(usize::MAX),
+            readers: [AtomicUsize::new(0), AtomicUsize::new(0)],
+            writing: AtomicBool::new(false),
+            generation: AtomicUsize::new(0),
+        }
+    }
+
+    /// [`current`] for this registry.
+    #[inline(always)]
+    pub(crate) fn current(&'static self) -> Option<TableGuard> {
+        loop {
+            let idx = self.active.load(SeqCst);
+            if idx > 1 {
+                return None;
+            }
+            self.readers[idx].fetch_add(1, SeqCst);
+            if self.active.load(SeqCst) == idx {
+                // SAFETY: the reader count just pinned keeps refreshes from
+                // writing this table until the guard is dropped, and the
+                // guard lends the reference out no longer than it lives.
+                let table = unsafe { &*self.tables[idx].get() };
+                return Some(TableGuard {
+                    readers: &self.readers[idx],
+                    table,
+                });
+            }
+            // A refresh switched tables in between: unpin and retry.
+            self.readers[idx].fetch_sub(1, SeqCst);
+        }
+    }
+
+    /// Fills the unpublished table with `fill(new, old)` and publishes it.
+    /// `old` is the published table (empty at first), so `fill` can reuse
+    /// per-module copies.
+    ///
+    /// The unpublished table is the one the previous refresh replaced, left
+    /// intact until now for walks and guards that still had it. Those must
+    /// finish first: this waits up to `wait` for them, then returns
+    /// [`RefreshError::InUse`] with nothing changed. Once they have,
+    /// `release(module)` is called for each of its modules whose copy the
+    /// published table does not share, and it is refilled. Nothing waits
+    /// for the table being replaced, so a thread may refresh while it holds
+    /// a guard on it.
+    ///
+    /// Must not be called from a signal handler: it may wait for walks.
+    pub(crate) fn refresh_within(
+        &'static self,
+        wait: core::time::Duration,
+        fill: impl FnOnce(&mut Table, &Table),
+        release: impl Fn(&Module),
+    ) -> Result<u64, RefreshError> {
+        // Refreshes queue up behind each other; none runs in a signal handler.
+        while self.writing.swap(true, SeqCst) {
+            std::thread::yield_now();
+        }
+        let active = self.active.load(SeqCst);
+        let (old_idx, new_idx) = if active > 1 {
+            (1, 0)
+        } else {
+            (active, 1 - active)
+        };
+        // Walks and guards that pinned `new_idx` before the last switch must
+        // finish first.
+        let since = std::time::Instant::now();
+        while self.readers[new_idx].load(SeqCst) != 0 {
+            if since.elapsed() >= wait {
+                self.writing.store(false, SeqCst);
+                return Err(RefreshError::InUse);
+            }
+            std::thread::yield_now();
+        }
+        let generation = self.generation.fetch_add(1, SeqCst) as u64 + 1;
+        // SAFETY: `new_idx` is unpublished and has no readers (checked
+        // above, and `current` re-checks `active` after pinning); `writing`
+        // excludes other refreshes. `old_idx` is only read here.
+        let (new, old) = unsafe {
+            (
+                &mut *self.tables[new_idx].get(),
+                &*self.tables[old_idx].get(),
+            )
+        };
+        // Free what only the replaced table used: the published one may
+        // share a copy with it, and the new one reuses only the published
+        // one's.
+        for m in new.modules() {
+            if m.sframe_copy.0 != 0 && !old.shares_copy(m) {
+                release(m);
+            }
+        }
+        new.clear();
+        fill(new, old);
+        new.finish(generation);
+        self.active.store(new_idx, SeqCst);
+        self.writing.store(false, SeqCst);
+        Ok(generation)
+    }
+}
+
+/// [`Registry::refresh_within`] on the live registry, waiting at most
+/// [`REFRESH_WAIT`].
 pub(crate) fn refresh_with(
     fill: impl FnOnce(&mut Table, &Table),
     release: impl Fn(&Module),
 ) -> Result<u64, RefreshError> {
-    // Refreshes queue up behind each other; none runs in a signal handler.
-    while REGISTRY.writing.swap(true, SeqCst) {
-        std::thread::yield_now();
-    }
-    let active = REGISTRY.active.load(SeqCst);
-    let (old_idx, new_idx) = if active > 1 {
-        (1, 0)
-    } else {
-        (active, 1 - active)
-    };
-    // Walks that pinned `new_idx` before the last switch must finish first.
-    while REGISTRY.readers[new_idx].load(SeqCst) != 0 {
-        std::thread::yield_now();
-    }
-    let generation = REGISTRY.generation.fetch_add(1, SeqCst) as u64 + 1;
-    // SAFETY: `new_idx` is unpublished and has no readers (checked above,
-    // and `current` re-checks `active` after pinning); `writing` excludes
-    // other refreshes. `old_idx` is only read here.
-    let (new, old) = unsafe {
-        (
-            &mut *REGISTRY.tables[new_idx].get(),
-            &*REGISTRY.tables[old_idx].get(),
-        )
-    };
-    new.clear();
-    fill(new, old);
-    new.finish(generation);
-    REGISTRY.active.store(new_idx, SeqCst);
-    // Wait until no walk reads the old table, then free what only it used.
-    while REGISTRY.readers[old_idx].load(SeqCst) != 0 {
-        std::thread::yield_now();
-    }
-    for m in old.modules() {
-        if m.sframe_copy.0 != 0 && !new.shares_copy(m) {
-            release(m);
-        }
-    }
-    // SAFETY: as above, `old_idx` is now unpublished and has no readers.
-    unsafe { (*REGISTRY.tables[old_idx].get()).clear() };
-    REGISTRY.writing.store(false, SeqCst);
-    Ok(generation)
+    REGISTRY.refresh_within(REFRESH_WAIT, fill, release)
 }
 
 #[cfg(test)]
@@ -1134,6 +1190,87 @@ mod tests {
         let mut m = module(name, &[(base, base + 0x1000)], &[]);
         m.sframe_copy = (copy, 0x1000);
         m
+    }
+
+    /// Refreshes `r` to hold `mods`, recording released copies in `freed`.
+    fn publish(
+        r: &'static Registry,
+        wait: core::time::Duration,
+        mods: &[Module],
+        freed: &std::cell::RefCell<Vec<usize>>,
+    ) -> Result<u64, RefreshError> {
+        let release = |m: &Module| freed.borrow_mut().push(m.sframe_copy.0);
+        r.refresh_within(
+            wait,
+            |new, old| {
+                for m in mods {
+                    new.push_or_release(*m, old, release);
+                }
+            },
+            release,
+        )
+    }
+
+    fn names(t: &Table) -> Vec<&[u8]> {
+        t.modules().iter().map(Module::name).collect()
+    }
+
+    #[test]
+    fn a_thread_may_refresh_while_it_holds_the_table_the_refresh_replaces() {
+        static R: Registry = Registry::new();
+        let freed = std::cell::RefCell::new(vec![]);
+        let wait = REFRESH_WAIT;
+        assert_eq!(publish(&R, wait, &[with_copy(b"a", 1)], &freed), Ok(1));
+        let held = R.current().unwrap();
+        // Before the change this waited for `held` forever.
+        assert_eq!(publish(&R, wait, &[with_copy(b"b", 2)], &freed), Ok(2));
+        assert_eq!(R.current().unwrap().generation(), 2);
+        // The replaced table is as it was, and its copy is not freed.
+        assert_eq!((held.generation(), names(&held)), (1, vec![&b"a"[..]]));
+        assert!(freed.borrow().is_empty());
+        drop(held);
+        // The next refresh reuses it: only now is its copy freed.
+        assert_eq!(publish(&R, wait, &[with_copy(b"c", 3)], &freed), Ok(3));
+        assert_eq!(*freed.borrow(), [1]);
+        assert_eq!(names(&R.current().unwrap()), [&b"c"[..]]);
+    }
+
+    #[test]
+    fn a_refresh_that_would_reuse_a_pinned_table_fails_and_changes_nothing() {
+        static R: Registry = Registry::new();
+        let freed = std::cell::RefCell::new(vec![]);
+        let short = core::time::Duration::from_millis(50);
+        publish(&R, short, &[with_copy(b"a", 1)], &freed).unwrap();
+        let held = R.current().unwrap();
+        publish(&R, short, &[with_copy(b"b", 2)], &freed).unwrap();
+        let mut filled = false;
+        let got = R.refresh_within(short, |_, _| filled = true, |_| panic!("released"));
+        assert_eq!(got, Err(RefreshError::InUse));
+        assert!(!filled, "the pinned table was refilled");
+        let now = R.current().unwrap();
+        assert_eq!((now.generation(), names(&now)), (2, vec![&b"b"[..]]));
+        assert_eq!((held.generation(), names(&held)), (1, vec![&b"a"[..]]));
+        drop((now, held));
+        // The failed refresh let go of the writer's flag.
+        assert_eq!(publish(&R, short, &[with_copy(b"c", 3)], &freed), Ok(3));
+        assert_eq!(*freed.borrow(), [1]);
+    }
+
+    #[test]
+    fn a_copy_the_published_table_shares_is_freed_only_with_the_last_table_holding_it() {
+        static R: Registry = Registry::new();
+        let freed = std::cell::RefCell::new(vec![]);
+        let wait = REFRESH_WAIT;
+        let (a, b, c) = (with_copy(b"a", 1), with_copy(b"b", 2), with_copy(b"c", 3));
+        publish(&R, wait, &[a, b], &freed).unwrap();
+        publish(&R, wait, &[a, c], &freed).unwrap();
+        // Reusing [a, b]: a is shared with the published [a, c].
+        publish(&R, wait, &[a], &freed).unwrap();
+        assert_eq!(*freed.borrow(), [2]);
+        publish(&R, wait, &[], &freed).unwrap();
+        assert_eq!(*freed.borrow(), [2, 3]);
+        publish(&R, wait, &[], &freed).unwrap();
+        assert_eq!(*freed.borrow(), [2, 3, 1]);
     }
 
     #[test]

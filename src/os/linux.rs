@@ -504,7 +504,7 @@ fn same_copy(copy: (usize, usize), addr: u64, len: u64) -> bool {
         return false;
     }
     // SAFETY: the copy's mapping is `copy.1` bytes, read-only and kept
-    // until the old table is released, which is after this refresh.
+    // until the old table is released, which is at the refresh after this.
     let old = unsafe { core::slice::from_raw_parts(copy.0 as *const u8, now.len()) };
     old == now
 }
