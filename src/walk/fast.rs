@@ -233,6 +233,11 @@ impl Hot {
 /// pc at or just before a known trampoline (`key` is `ra - 1` for a return
 /// address) is always left to the general step.
 pub(crate) fn classify_at<C: CodeMap + ?Sized>(code: &C, key: u64, lookup: &Lookup) -> Hot {
+    // The outermost frame ends a walk without tables before any step (its
+    // row says so to a walk with them): the general step decides.
+    if !matches!(lookup, Lookup::Outside) && code.is_outermost(key) {
+        return Hot::SLOW;
+    }
     let trampoline = code.is_known_trampoline(key) || code.is_known_trampoline(key.wrapping_add(1));
     Hot::classify(lookup, trampoline)
 }

@@ -1080,3 +1080,68 @@ fn a_recursion_through_frame_records_walks_as_the_general_step_does_in_any_buffe
         }
     }
 }
+
+/// A code map that knows an outermost function, as the module table knows
+/// the program's entry function.
+#[derive(Clone)]
+struct WithOutermost {
+    fake: Fake,
+    outer: (u64, u64),
+}
+
+impl CodeMap for WithOutermost {
+    fn lookup(&self, pc: u64) -> Lookup {
+        self.fake.lookup(pc)
+    }
+    fn is_code(&self, addr: u64) -> bool {
+        self.fake.is_code(addr)
+    }
+    fn read_code(&self, addr: u64, buf: &mut [u8]) -> bool {
+        self.fake.read_code(addr, buf)
+    }
+    fn is_outermost(&self, pc: u64) -> bool {
+        pc >= self.outer.0 && pc < self.outer.1
+    }
+}
+
+#[test]
+fn without_tables_the_fast_path_stops_at_the_outermost_function_as_the_general_step_does() {
+    // Frame records at STACK+16 -> STACK+48 -> STACK+80; the first return
+    // address lies in the outermost function, and a record goes on past it.
+    let st = stack(&[
+        0,
+        0,
+        STACK + 48,
+        CODE + 0x55,
+        0,
+        0,
+        STACK + 80,
+        CODE + 0x64,
+        0,
+        0,
+        0,
+        0,
+    ]);
+    let regs = x86(CODE + 0x10, STACK, STACK + 16);
+    let code = WithOutermost {
+        fake: Fake::x86(),
+        outer: (CODE + 0x50, CODE + 0x60),
+    };
+    let regions = [(STACK, &st[..])];
+    for fast_path in [true, false] {
+        let opts = WalkOptions {
+            use_tables: false,
+            fast_path,
+            ..Default::default()
+        };
+        let mut w: Walker<X86_64, _, _> =
+            Walker::new(regs, true, SliceMemory::new(&regions), code.clone(), opts);
+        let pcs: Vec<u64> = w.by_ref().map(|f| f.pc).collect();
+        assert_eq!(pcs, [CODE + 0x10, CODE + 0x55], "fast path {fast_path}");
+        assert_eq!(
+            w.stop_reason(),
+            StopReason::Outermost,
+            "fast path {fast_path}"
+        );
+    }
+}
