@@ -73,6 +73,31 @@ pub fn reporting_thread() -> i32 {
 /// it is written anyway: mixed lines are better than none.
 const PANIC_WAIT_MS: u32 = 5000;
 
+/// How long a crash waits for another thread's report to end. A report
+/// takes milliseconds; one still going after this is stuck (a panic report
+/// blocked writing into a pipe nobody reads), and waiting on would leave
+/// the process hanging with every other signal blocked. The crash then
+/// ends the process without its own report: two reports cannot share the
+/// crash stack.
+const CRASH_WAIT_MS: u32 = 5000;
+
+/// Makes a child after `fork` forget the reports of the parent's other
+/// threads, which do not exist in the child and would hold the report turn
+/// for good. Registered once, by whatever installs a reporter.
+pub(crate) fn forget_reports_in_child() {
+    static REGISTERED: AtomicBool = AtomicBool::new(false);
+    extern "C" fn in_child() {
+        // Only the forking thread is left, and it is in no report: reports
+        // never fork.
+        OWNER.store(0, SeqCst);
+        PENDING.store(0, SeqCst);
+    }
+    if !REGISTERED.swap(true, SeqCst) {
+        // SAFETY: registers a handler that only stores to atomics.
+        unsafe { libc::pthread_atfork(None, None, Some(in_child)) };
+    }
+}
+
 /// A panic report's turn: crash and panic reports are written one at a time,
 /// or the lines of two reports (each with its own `reset` and module ids)
 /// would mix and neither would symbolize. Released on drop.
@@ -82,7 +107,7 @@ impl ReportTurn {
     /// Waits for the turn, for at most [`PANIC_WAIT_MS`]. A thread that
     /// holds it already (a panic inside its own report) goes on.
     pub(crate) fn take() -> ReportTurn {
-        ReportTurn(claim_turn(gettid(), Some(PANIC_WAIT_MS)) == Claim::Taken)
+        ReportTurn(claim_turn(gettid(), PANIC_WAIT_MS) == Claim::Taken)
     }
 }
 
@@ -98,15 +123,14 @@ enum Claim {
 }
 
 /// Waits for the report turn, polling every millisecond, for at most
-/// `max_ms` milliseconds (`None`: for as long as it takes).
-/// Async-signal-safe.
-fn claim_turn(tid: i32, max_ms: Option<u32>) -> Claim {
+/// `max_ms` milliseconds. Async-signal-safe.
+fn claim_turn(tid: i32, max_ms: u32) -> Claim {
     let mut waited = 0;
     loop {
         match OWNER.compare_exchange(0, tid, SeqCst, SeqCst) {
             Ok(_) => return Claim::Taken,
             Err(owner) if owner == tid => return Claim::AlreadyMine,
-            Err(_) if max_ms.is_some_and(|m| waited >= m) => return Claim::TimedOut,
+            Err(_) if waited >= max_ms => return Claim::TimedOut,
             Err(_) => {
                 sleep_ms(1);
                 waited += 1;
@@ -280,6 +304,7 @@ pub fn install_crash_handler_to_fd(fd: c_int) -> Result<(), CrashError> {
         crate::init().map_err(CrashError::Init)?;
     }
     install_altstack()?;
+    forget_reports_in_child();
     if INSTALLED.swap(true, SeqCst) {
         return Ok(());
     }
@@ -334,16 +359,26 @@ pub(crate) fn gettid() -> i32 {
     id as i32
 }
 
-/// Sends `sig` to the calling thread.
-fn raise_here(sig: c_int) {
-    // SAFETY: tgkill is async-signal-safe and has no memory preconditions.
+/// Sends `sig` to the calling thread again, with its siginfo `info` where
+/// the system allows (Linux: a process may queue any siginfo to itself), so
+/// the restored handler sees the original sender or code.
+fn raise_here(sig: c_int, info: *const libc::siginfo_t) {
     #[cfg(target_os = "linux")]
-    unsafe {
-        libc::syscall(libc::SYS_tgkill, libc::getpid(), gettid(), sig)
-    };
+    {
+        // SAFETY: `info` is the kernel's siginfo for this signal; both calls
+        // are async-signal-safe system calls.
+        let (pid, tid) = (unsafe { libc::getpid() }, gettid());
+        // SAFETY: as above.
+        let queued = unsafe { libc::syscall(libc::SYS_rt_tgsigqueueinfo, pid, tid, sig, info) };
+        if queued != 0 {
+            // SAFETY: as above.
+            unsafe { libc::syscall(libc::SYS_tgkill, pid, tid, sig) };
+        }
+    }
     // SAFETY: pthread_kill on the calling thread is async-signal-safe.
     #[cfg(target_os = "macos")]
     unsafe {
+        let _ = info;
         libc::pthread_kill(libc::pthread_self(), sig)
     };
 }
@@ -351,12 +386,28 @@ fn raise_here(sig: c_int) {
 /// Whether returning from the handler runs the faulting instruction again,
 /// so that the fault recurs by itself: a SIGSEGV, SIGBUS, SIGILL or SIGFPE
 /// that the kernel raised for an instruction (a trap instruction's SIGTRAP
-/// would not recur: the pc is already past it).
+/// would not recur: the pc is already past it). Not an asynchronous fault,
+/// which names no instruction: a memory error found in the background
+/// (`BUS_MCEERR_AO`) or an asynchronous MTE tag fault (`SEGV_MTEAERR`).
 fn fault_recurs(sig: c_int, code: c_int) -> bool {
     matches!(
         sig,
         libc::SIGSEGV | libc::SIGBUS | libc::SIGILL | libc::SIGFPE
     ) && origin(code) == Origin::Fault
+        && !asynchronous_fault(sig, code)
+}
+
+/// Linux's `BUS_MCEERR_AO` and `SEGV_MTEAERR` (not in every libc).
+#[cfg(target_os = "linux")]
+fn asynchronous_fault(sig: c_int, code: c_int) -> bool {
+    const BUS_MCEERR_AO: c_int = 5;
+    const SEGV_MTEAERR: c_int = 8;
+    (sig, code) == (libc::SIGBUS, BUS_MCEERR_AO) || (sig, code) == (libc::SIGSEGV, SEGV_MTEAERR)
+}
+
+#[cfg(target_os = "macos")]
+fn asynchronous_fault(_sig: c_int, _code: c_int) -> bool {
+    false
 }
 
 /// Puts back the dispositions that were there before ours (for every
@@ -365,9 +416,11 @@ fn fault_recurs(sig: c_int, code: c_int) -> bool {
 /// process would have without us. A fault is left to recur when the
 /// handler returns, so the restored handler, or the core dump, sees the
 /// kernel's own siginfo (its code and fault address; Rust's handler tells
-/// a stack overflow by that address). Any other signal is sent again.
-/// `code` is the signal's `si_code`.
-fn restore_and_reraise(sig: c_int, code: c_int) {
+/// a stack overflow by that address). Any other signal is sent again, with
+/// its siginfo where the system allows. `info` is the signal's siginfo.
+fn restore_and_reraise(sig: c_int, info: *const libc::siginfo_t) {
+    // SAFETY: `info` is the kernel's siginfo for this signal.
+    let code = unsafe { (*info).si_code };
     // SAFETY: `previous` was filled at install; sigaction and tgkill are
     // async-signal-safe. The signal stays blocked until the handler
     // returns, so a resent one is delivered then, under the restored
@@ -379,7 +432,7 @@ fn restore_and_reraise(sig: c_int, code: c_int) {
         }
     }
     if !fault_recurs(sig, code) {
-        raise_here(sig);
+        raise_here(sig, info);
     }
 }
 
@@ -463,16 +516,24 @@ unsafe fn on_stack(top: *mut u8, f: extern "C" fn(*mut c_void), arg: *mut c_void
 }
 
 extern "C" fn on_crash(sig: c_int, info: *mut libc::siginfo_t, uc: *mut c_void) {
+    // A handler installed before ours may recover from the fault and resume
+    // the code it interrupted, which must find its errno as it left it.
+    crate::os::keeping_errno(|| handle_crash(sig, info, uc));
+}
+
+fn handle_crash(sig: c_int, info: *mut libc::siginfo_t, uc: *mut c_void) {
     let tid = gettid();
-    // SAFETY: `info` is the kernel's siginfo_t.
-    let code = unsafe { (*info).si_code };
     PENDING.fetch_add(1, SeqCst);
     // One report at a time. A thread that crashes inside its own report
-    // does not wait for itself: it skips straight to the original action.
-    if claim_turn(tid, None) == Claim::AlreadyMine {
-        PENDING.fetch_sub(1, SeqCst);
-        restore_and_reraise(sig, code);
-        return;
+    // does not wait for itself: it skips straight to the original action,
+    // as does one behind a report that is stuck.
+    match claim_turn(tid, CRASH_WAIT_MS) {
+        Claim::Taken => {}
+        Claim::AlreadyMine | Claim::TimedOut => {
+            PENDING.fetch_sub(1, SeqCst);
+            restore_and_reraise(sig, info);
+            return;
+        }
     }
     let mut args = ReportArgs { sig, info, uc };
     // SAFETY: this thread owns OWNER, so it alone uses the crash stack and
@@ -504,7 +565,7 @@ extern "C" fn on_crash(sig: c_int, info: *mut libc::siginfo_t, uc: *mut c_void) 
         }
         sleep_ms(1);
     }
-    restore_and_reraise(sig, code);
+    restore_and_reraise(sig, info);
 }
 
 /// What a siginfo with a given `si_code` describes.

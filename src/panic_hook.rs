@@ -49,6 +49,7 @@ pub fn install_panic_hook_with(opts: PanicHookOptions) {
     if crate::modules::current().is_none() {
         let _ = crate::init();
     }
+    crate::crash::forget_reports_in_child();
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         report(info, &opts);

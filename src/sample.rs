@@ -238,7 +238,7 @@ extern "C" fn on_sigprof(_sig: c_int, info: *mut libc::siginfo_t, uc: *mut c_voi
         RING.missed.fetch_add(overrun, Relaxed);
     }
     // SAFETY: `uc` comes from the kernel.
-    crate::os::linux::keeping_errno(|| unsafe { record(uc) });
+    crate::os::keeping_errno(|| unsafe { record(uc) });
 }
 
 /// Starts sampling every thread at `hz` samples per second of CPU time
@@ -354,6 +354,9 @@ extern "C" fn forget_samples_in_child() {
 #[derive(Debug)]
 pub struct ThreadTimer {
     id: libc::timer_t,
+    /// The process that made the timer: a child after `fork` inherits the
+    /// value but not the timer, and its own first timer may get the same id.
+    pid: libc::pid_t,
 }
 
 impl ThreadTimer {
@@ -373,7 +376,9 @@ impl ThreadTimer {
         if unsafe { libc::timer_create(libc::CLOCK_MONOTONIC, &mut ev, &mut id) } != 0 {
             return Err(std::io::Error::last_os_error());
         }
-        let timer = ThreadTimer { id };
+        // SAFETY: getpid has no preconditions.
+        let pid = unsafe { libc::getpid() };
+        let timer = ThreadTimer { id, pid };
         let p = libc::timespec {
             tv_sec: p.as_secs() as _,
             tv_nsec: p.subsec_nanos() as _,
@@ -392,8 +397,13 @@ impl ThreadTimer {
 
 impl Drop for ThreadTimer {
     fn drop(&mut self) {
-        // SAFETY: the timer this value created, deleted once; a signal it
-        // already sent is still handled by the installed handler.
+        // SAFETY: getpid has no preconditions.
+        if unsafe { libc::getpid() } != self.pid {
+            return;
+        }
+        // SAFETY: the timer this value created in this process, deleted
+        // once; a signal it already sent is still handled by the installed
+        // handler.
         unsafe { libc::timer_delete(self.id) };
     }
 }
@@ -539,6 +549,70 @@ mod fork_tests {
             libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
             "the child's own sample was never handed out ({status:#x})"
         );
+    }
+}
+
+#[cfg(all(test, target_os = "linux", target_arch = "x86_64"))]
+mod timer_fork_tests {
+    use super::*;
+
+    /// A timer id the kernel has given this process; `None` once deleted.
+    fn alive(id: libc::timer_t) -> bool {
+        // SAFETY: a zeroed itimerspec to fill; timer_gettime checks the id.
+        let mut spec: libc::itimerspec = unsafe { core::mem::zeroed() };
+        // SAFETY: as above.
+        unsafe { libc::timer_gettime(id, &mut spec) == 0 }
+    }
+
+    /// x86_64 only: qemu-user, which runs the AArch64 tests, keeps its own
+    /// table of timers and gives a child other ids.
+    #[test]
+    fn a_timer_value_a_fork_child_inherits_never_deletes_the_childs_own_timer() {
+        let inherited = ThreadTimer::start(10).unwrap();
+        // SAFETY: the child makes timers, drops a value and leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // Timers are not inherited; the child's own get ids from the
+            // lowest up, so one of the first lands on the inherited id.
+            let mut own = None;
+            for _ in 0..64 {
+                // SAFETY: a zeroed sigevent is valid.
+                let mut ev: libc::sigevent = unsafe { core::mem::zeroed() };
+                ev.sigev_notify = libc::SIGEV_NONE;
+                let mut id: libc::timer_t = core::ptr::null_mut();
+                // SAFETY: valid sigevent and out-pointer.
+                if unsafe { libc::timer_create(libc::CLOCK_MONOTONIC, &mut ev, &mut id) } != 0 {
+                    break;
+                }
+                if id == inherited.id {
+                    own = Some(id);
+                    break;
+                }
+            }
+            let code = match own {
+                None => 2,
+                Some(id) => {
+                    drop(inherited);
+                    if alive(id) {
+                        0
+                    } else {
+                        1
+                    }
+                }
+            };
+            // SAFETY: _exit ends the child at once.
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child forked above.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status), "{status:#x}");
+        match libc::WEXITSTATUS(status) {
+            0 => {}
+            1 => panic!("dropping the inherited value deleted the child's timer"),
+            c => panic!("the child got no timer with the inherited id ({c})"),
+        }
+        assert!(alive(inherited.id), "the parent's timer");
     }
 }
 

@@ -80,19 +80,7 @@ pub fn read_checked(addr: u64, buf: &mut [u8]) -> bool {
     CHECKED_READS.fetch_add(1, Relaxed);
     // A walk may run in a signal handler: a failed read must not leave
     // its errno to the interrupted code.
-    keeping_errno(|| read_learning(&VM_READ, addr, buf))
-}
-
-/// Runs `f` and puts the calling thread's `errno` back as it was before:
-/// for code in signal handlers, whose interrupted code may be between a
-/// failing call and its check of `errno`. Async-signal-safe.
-pub(crate) fn keeping_errno<R>(f: impl FnOnce() -> R) -> R {
-    // SAFETY: the calling thread's errno, a plain thread-local int.
-    let errno = unsafe { *libc::__errno_location() };
-    let r = f();
-    // SAFETY: as above.
-    unsafe { *libc::__errno_location() = errno };
-    r
+    super::keeping_errno(|| read_learning(&VM_READ, addr, buf))
 }
 
 /// [`read_checked`]'s copy, with `how` the state of what it has learnt

@@ -25,6 +25,23 @@ pub mod thread_table;
 pub use macho_image::macho_module;
 pub use stack::{current_altstack, LiveMemory};
 
+/// Runs `f` and puts the calling thread's `errno` back as it was before:
+/// for code in signal handlers, whose interrupted code may be between a
+/// failing call and its check of `errno`. Async-signal-safe.
+pub(crate) fn keeping_errno<R>(f: impl FnOnce() -> R) -> R {
+    // SAFETY: the calling thread's errno, a plain thread-local int.
+    let errno = unsafe { *errno_location() };
+    let r = f();
+    // SAFETY: as above.
+    unsafe { *errno_location() = errno };
+    r
+}
+
+#[cfg(target_os = "linux")]
+use libc::__errno_location as errno_location;
+#[cfg(target_os = "macos")]
+use libc::__error as errno_location;
+
 /// The lowest address any mapping of ours can start at: the first page is
 /// never mapped in a process this crate serves (a null pointer's page).
 const LOWEST_MAPPED: u64 = 4096;
