@@ -700,3 +700,47 @@ fn pieces_out_of_address_order_are_found_through_the_index() {
     assert!(whole.find_row(low).is_some() && whole.find_row(high).is_some());
     assert!(indexed_agrees(whole, low - 16..high + 128) > 0x1000);
 }
+
+/// A version 2 AMD64 section of `n` FDEs that all point at the same `m`
+/// FREs, the header counting `n * m`: every count agrees, and without a
+/// bound each FDE would read the shared FREs again (`n * m` reads for some
+/// `20 n + 2 m` bytes: minutes for a section under a megabyte).
+fn shared_fres(n: u32, m: u32) -> Vec<u8> {
+    let mut d = vec![0xe2, 0xde, 2, 0, 3, 0, 0xf8, 0];
+    // num_fdes, num_fres, fre_len, fde_off, fre_off.
+    for w in [n, n * m, 2 * m, 0, 20 * n] {
+        d.extend_from_slice(&w.to_le_bytes());
+    }
+    for i in 0..n {
+        d.extend_from_slice(&((i * 16) as i32).to_le_bytes());
+        d.extend_from_slice(&16u32.to_le_bytes());
+        d.extend_from_slice(&0u32.to_le_bytes()); // every FDE's FREs at 0
+        d.extend_from_slice(&m.to_le_bytes());
+        d.extend_from_slice(&[0, 0, 0, 0]);
+    }
+    for _ in 0..m {
+        d.extend_from_slice(&[0, 0]); // start 0, no data words
+    }
+    d
+}
+
+#[test]
+fn fdes_that_share_their_fres_are_refused_before_a_second_read() {
+    // One FDE alone is a valid section.
+    assert!(SFrame::parse(&shared_fres(1, 2), 0x1000).is_ok());
+    // The second FDE's first FRE would be read a second time.
+    let fres = 28 + 3 * 20;
+    assert_eq!(
+        SFrame::parse(&shared_fres(3, 2), 0x1000).map(|_| ()),
+        Err(Error::FresShared {
+            piece: 0,
+            offset: fres
+        })
+    );
+    // A large one is refused as quickly: 20,000 FDEs sharing 50,000 FREs
+    // (500 KB) took minutes to accept.
+    assert!(matches!(
+        SFrame::parse(&shared_fres(20_000, 50_000), 0x1000),
+        Err(Error::FresShared { .. })
+    ));
+}

@@ -66,6 +66,14 @@ pub enum Error {
         /// Where the page is.
         page: usize,
     },
+    /// The pages' entries take more bytes than the section holds: pages
+    /// shared by several first-level entries, which no linker writes, and
+    /// which would let a small section cost a validation read per entry
+    /// and first-level entry pair.
+    PagesShared {
+        /// The page that went past the budget.
+        page: usize,
+    },
 }
 
 impl core::fmt::Display for Error {
@@ -91,6 +99,9 @@ impl core::fmt::Display for Error {
                     f,
                     "page at {page:#x} has entries out of order or out of range"
                 )
+            }
+            Error::PagesShared { page } => {
+                write!(f, "page at {page:#x} is shared by first-level entries")
             }
         }
     }
@@ -204,8 +215,14 @@ impl<'a> UnwindInfo<'a> {
             }
             prev = start;
         }
+        // Bytes of page entries read so far: at most the section, once each.
+        let mut entry_bytes = 0usize;
         for i in 0..index_count - 1 {
             let page = info.page(i)?;
+            entry_bytes += page.count * if page.compressed { 4 } else { 8 };
+            if entry_bytes > data.len() {
+                return Err(Error::PagesShared { page: page.at });
+            }
             let end = info.first_level(i + 1).0;
             let mut last = page.base;
             for j in 0..page.count {
@@ -441,5 +458,45 @@ mod tests {
         assert_eq!((e.func_start, e.func_end), (0x1000, 0x1100));
         assert_ne!(e.encoding & UNWIND_HAS_LSDA, 0);
         assert_eq!(e.lsda, None);
+    }
+
+    /// `k` first-level entries that all name one compressed page of `n`
+    /// entries, every function at offset 0x1000: sorted, in range, and
+    /// without a bound read once per first-level entry.
+    fn shared_page(k: u32, n: u32) -> Vec<u8> {
+        let index = 28u32;
+        let common = index + 12 * (k + 1);
+        let page = common + 4;
+        // Header: version, common encodings (offset, count), personalities
+        // (offset, count), index (offset, count).
+        let mut w: Vec<u32> = vec![1, common, 1, 28, 0, index, k + 1];
+        for _ in 0..k {
+            w.extend([0x1000, page, page]);
+        }
+        w.extend([0x1000, 0, page]);
+        w.push(0x0200_0000);
+        // A compressed page (kind 3): entries at +12, n of them; no
+        // encodings of its own.
+        w.extend([3, 12 | n << 16, 12]);
+        w.extend(std::iter::repeat_n(0u32, n as usize));
+        w.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn first_level_entries_that_share_a_page_are_refused_before_it_is_read_again() {
+        // The page's 64 entries take 256 of the section's 336 bytes: read
+        // twice, they would take more than it holds.
+        assert!(UnwindInfo::parse(&shared_page(1, 64)).is_ok());
+        let page = 28 + 12 * 3 + 4;
+        assert_eq!(
+            UnwindInfo::parse(&shared_page(2, 64)).map(|_| ()),
+            Err(Error::PagesShared { page })
+        );
+        // 8,000 entries sharing a page of 65,535 (350 KB) took seconds to
+        // accept.
+        assert!(matches!(
+            UnwindInfo::parse(&shared_page(8_000, 65_535)),
+            Err(Error::PagesShared { .. })
+        ));
     }
 }

@@ -173,6 +173,15 @@ pub enum Error {
         /// The sum of the FDEs' FRE counts.
         fdes: u64,
     },
+    /// The FDEs' FREs take more bytes than the FRE sub-section holds: FDEs
+    /// share or overlap FREs, which no producer writes, and which would let
+    /// a small section cost a validation read per FDE and FRE pair.
+    FresShared {
+        /// Where the piece's header is.
+        piece: usize,
+        /// The FRE that went past the budget.
+        offset: usize,
+    },
     /// Pieces of a concatenation describe different ABIs.
     MixedAbi {
         /// Where the odd piece's header is.
@@ -245,6 +254,10 @@ impl core::fmt::Display for Error {
             } => write!(
                 f,
                 "the header at {piece:#x} counts {header} FREs, its FDEs {fdes}"
+            ),
+            Error::FresShared { piece, offset } => write!(
+                f,
+                "the FDEs of the piece at {piece:#x} share FREs (the FRE at {offset:#x} is read twice)"
             ),
             Error::MixedAbi { piece } => {
                 write!(f, "the SFrame piece at {piece:#x} has a different ABI")
@@ -346,6 +359,8 @@ fn validate_piece(data: &[u8], h: &Header, base: u64) -> Result<Summary, Error> 
     let mut reach = 0u64;
     let mut range = None;
     let mut total_fres = 0u64;
+    // Bytes of FREs read so far: at most the FRE sub-section, once each.
+    let mut fre_bytes = 0usize;
     for i in 0..h.num_fdes {
         let fde = Fde::read(data, h, i, base)?;
         if prev_start.is_some_and(|p| fde.start < p) {
@@ -387,6 +402,13 @@ fn validate_piece(data: &[u8], h: &Header, base: u64) -> Result<Summary, Error> 
             last = fre.start;
             fre.rules(h, &fde)
                 .map_err(|_| Error::BadFreData { offset: at })?;
+            fre_bytes += next - at;
+            if fre_bytes > h.end - h.fres {
+                return Err(Error::FresShared {
+                    piece: h.at,
+                    offset: at,
+                });
+            }
             at = next;
         }
     }
