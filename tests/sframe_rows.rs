@@ -283,3 +283,29 @@ fn offsets_and_start_addresses_of_every_size_decode() {
         assert_eq!(s.find_row(fde.start).unwrap().cfa, SpPlus(8));
     }
 }
+
+/// A header with a fixed FP offset: it applies even where an FRE carries an
+/// FP word, as libsframe reads it (`sframe_fre_get_fp_offset`, binutils
+/// 2.46). GNU as never fixes the FP offset, so the section is written out.
+#[test]
+fn a_fixed_fp_offset_in_the_header_wins_over_an_fres_fp_word() {
+    // Version 2, AMD64, sorted; fixed FP offset -16, fixed RA offset -8.
+    let mut d = vec![0xe2, 0xde, 2, 1, 3, 0xf0, 0xf8, 0];
+    // num_fdes, num_fres, fre_len, fde_off, fre_off.
+    for w in [1u32, 1, 4, 0, 20] {
+        d.extend_from_slice(&w.to_le_bytes());
+    }
+    // One FDE: the function at section + 0x100, 16 bytes, its FRE at 0.
+    for w in [0x100u32, 16, 0, 1] {
+        d.extend_from_slice(&w.to_le_bytes());
+    }
+    d.extend_from_slice(&[0, 0, 0, 0]);
+    // The FRE: from offset 0, CFA = SP + 16, an FP word of -24.
+    d.extend_from_slice(&[0, 0x05, 16, 0xe8]);
+    let s = SFrame::parse(&d, 0x1000).unwrap();
+    let r = s.find_row(0x1100).unwrap();
+    assert_eq!(
+        (r.cfa, r.ra, r.fp),
+        (CfaRule::SpPlus(16), RegRule::AtCfa(-8), RegRule::AtCfa(-16))
+    );
+}

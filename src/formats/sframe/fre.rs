@@ -173,7 +173,12 @@ impl Fre {
         if self.count() > fp_index + 1 {
             return Err(RuleError);
         }
-        let fp = w(fp_index).map_or(default_fp, RegRule::AtCfa);
+        // A fixed FP offset in the header is what applies, as in libsframe
+        // (`sframe_fre_get_fp_offset`): FREs then need not track it.
+        let fp = match w(fp_index) {
+            Some(o) if h.fixed_fp_offset == 0 => RegRule::AtCfa(o),
+            _ => default_fp,
+        };
         Ok((cfa, ra, fp))
     }
 
