@@ -717,6 +717,10 @@ pub(crate) struct Registry {
     readers: [AtomicUsize; 2],
     writing: AtomicBool,
     generation: AtomicUsize,
+    /// Index of a table a refresh in a parent was writing when the process
+    /// forked (`usize::MAX`: none): in the child it may be half written,
+    /// so the next refresh there clears it without releasing its copies.
+    abandoned: AtomicUsize,
 }
 
 // SAFETY: a table is written only by the refresh that holds `writing`, and
@@ -789,6 +793,19 @@ impl Registry {
             readers: [AtomicUsize::new(0), AtomicUsize::new(0)],
             writing: AtomicBool::new(false),
             generation: AtomicUsize::new(0),
+            abandoned: AtomicUsize::new(usize::MAX),
+        }
+    }
+
+    /// In a child after `fork`: a refresh another thread of the parent was
+    /// running never finishes here. Lets the next refresh run, and marks
+    /// the table that refresh was writing as abandoned.
+    pub(crate) fn forget_refresh_in_child(&self) {
+        if self.writing.load(SeqCst) {
+            // The slot `refresh_within` writes: 0 before the first refresh.
+            let unpublished = 1usize.saturating_sub(self.active.load(SeqCst));
+            self.abandoned.store(unpublished, SeqCst);
+            self.writing.store(false, SeqCst);
         }
     }
 
@@ -868,8 +885,10 @@ impl Registry {
         };
         // Free what only the replaced table used: the published one may
         // share a copy with it, and the new one reuses only the published
-        // one's.
-        for m in new.modules() {
+        // one's. A table abandoned half written at a fork keeps its copies
+        // (a few leak, once): which of them were mapped is not known.
+        let abandoned = self.abandoned.swap(usize::MAX, SeqCst) == new_idx;
+        for m in new.modules().iter().filter(|_| !abandoned) {
             if m.sframe_copy.0 != 0 && !old.shares_copy(m) {
                 release(m);
             }
@@ -889,6 +908,14 @@ pub(crate) fn refresh_with(
     fill: impl FnOnce(&mut Table, &Table),
     release: impl Fn(&Module),
 ) -> Result<u64, RefreshError> {
+    static AT_FORK: AtomicBool = AtomicBool::new(false);
+    extern "C" fn in_child() {
+        REGISTRY.forget_refresh_in_child();
+    }
+    if !AT_FORK.swap(true, SeqCst) {
+        // SAFETY: registers a handler that only touches atomics.
+        unsafe { libc::pthread_atfork(None, None, Some(in_child)) };
+    }
     REGISTRY.refresh_within(REFRESH_WAIT, fill, release)
 }
 
@@ -1289,5 +1316,63 @@ mod tests {
             .push(m.sframe_copy.0)));
         assert_eq!(freed, [8]);
         assert_eq!(new.dropped_modules(), 2);
+    }
+
+    #[test]
+    fn a_fork_child_refreshes_although_another_thread_of_the_parent_was_refreshing() {
+        static R: Registry = Registry::new();
+        let freed = std::cell::RefCell::new(vec![]);
+        let short = core::time::Duration::from_millis(50);
+        publish(&R, short, &[with_copy(b"a", 1)], &freed).unwrap();
+        let (in_fill, filling) = std::sync::mpsc::channel();
+        let (go, wait_go) = std::sync::mpsc::channel::<()>();
+        let refresher = std::thread::spawn(move || {
+            R.refresh_within(
+                REFRESH_WAIT,
+                |new, _| {
+                    new.push(with_copy(b"half", 2));
+                    in_fill.send(()).unwrap();
+                    wait_go.recv().unwrap();
+                },
+                |_| {},
+            )
+        });
+        filling.recv().unwrap();
+        // SAFETY: the child refreshes a private registry and leaves with
+        // _exit.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // What the atfork handler does for the live registry.
+            R.forget_refresh_in_child();
+            let freed = std::cell::RefCell::new(vec![]);
+            let code = match publish(&R, short, &[with_copy(b"c", 3)], &freed) {
+                Err(_) => 1,
+                // The half-written table's copy is left alone.
+                Ok(_) if !freed.borrow().is_empty() => 2,
+                Ok(_) if names(&R.current().unwrap()) != [&b"c"[..]] => 3,
+                Ok(_) => 0,
+            };
+            // SAFETY: _exit ends the child at once.
+            unsafe { libc::_exit(code) };
+        }
+        go.send(()).unwrap();
+        refresher.join().unwrap().unwrap();
+        let since = std::time::Instant::now();
+        let mut status = 0;
+        loop {
+            // SAFETY: polls the child forked above.
+            let got = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+            if got == pid {
+                break;
+            }
+            if since.elapsed() > core::time::Duration::from_secs(60) {
+                // SAFETY: the child forked above.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                panic!("the child's refresh waited for the parent's forever");
+            }
+            std::thread::sleep(core::time::Duration::from_millis(10));
+        }
+        assert!(libc::WIFEXITED(status), "{status:#x}");
+        assert_eq!(libc::WEXITSTATUS(status), 0, "{status:#x}");
     }
 }

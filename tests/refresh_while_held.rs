@@ -156,3 +156,61 @@ fn in_a_fork_child_a_walk_the_parent_had_under_way_makes_the_refresh_that_needs_
     stackmark::refresh().unwrap();
     stackmark::refresh().unwrap();
 }
+
+extern "C" fn on_urg(_: i32) {}
+
+/// The handler installed for `sig` now, as the C library reports it.
+fn handler_of(sig: i32) -> usize {
+    // SAFETY: queries the action into a zeroed sigaction.
+    unsafe {
+        let mut now: libc::sigaction = core::mem::zeroed();
+        libc::sigaction(sig, core::ptr::null(), &mut now);
+        now.sa_sigaction
+    }
+}
+
+/// A refresh learns the C library's signal restorer. It used to install a
+/// no-op handler on SIGURG for a moment and put the old action back, which
+/// undid a handler another thread installed in between (122 of 200,000
+/// tries). Here the kernel already holds that restorer (Rust's runtime
+/// installed handlers through the C library), so no refresh touches a
+/// disposition.
+#[test]
+fn a_refresh_never_undoes_a_handler_another_thread_installs_meanwhile() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    stackmark::init().unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let refresher = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                stackmark::refresh().unwrap();
+                n += 1;
+            }
+            n
+        })
+    };
+    let (mut tries, mut lost) = (0u64, 0u64);
+    let since = Instant::now();
+    while since.elapsed() < Duration::from_secs(2) {
+        // SAFETY: sets SIGURG's action: the default, then a no-op handler.
+        unsafe {
+            libc::signal(libc::SIGURG, libc::SIG_DFL);
+            std::thread::sleep(Duration::from_micros(20));
+            libc::signal(libc::SIGURG, on_urg as *const () as usize);
+        }
+        std::thread::sleep(Duration::from_micros(5));
+        tries += 1;
+        lost += u64::from(handler_of(libc::SIGURG) != on_urg as *const () as usize);
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let refreshes = refresher.join().unwrap();
+    // SAFETY: back to the default action.
+    unsafe { libc::signal(libc::SIGURG, libc::SIG_DFL) };
+    assert!(refreshes > 0 && tries > 0);
+    assert_eq!(
+        lost, 0,
+        "{lost} of {tries} handlers lost over {refreshes} refreshes"
+    );
+}

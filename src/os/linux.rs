@@ -713,12 +713,27 @@ fn signal_trampolines(table: &mut Table) {
     installed_restorers(table);
 }
 
-/// glibc's `__restore_rt`, learned from a no-op handler installed through
-/// glibc for a moment on a signal that has none.
+/// glibc's `__restore_rt`: the restorer of a handler already installed
+/// through glibc (Rust's runtime installs two at start-up), or else one
+/// learned from a no-op handler installed through glibc for a moment on a
+/// signal that has none.
 #[cfg(target_arch = "x86_64")]
 fn glibc_restorer(table: &mut Table) {
+    // Changing a disposition races with another thread installing its own
+    // handler for that signal, which the restore would undo: not done when
+    // the kernel already holds glibc's restorer.
+    let c_library = table
+        .module_for_addr(libc::sigaction as *const () as u64)
+        .copied();
+    let known = SIGNALS
+        .filter_map(|sig| kernel_action(sig)?.restorer())
+        .any(|pc| c_library.is_some_and(|m| m.contains(pc)));
+    if known {
+        return;
+    }
     // Ignored by default: a no-op handler there, installed and removed at
-    // once, changes nothing a signal arriving meanwhile would see.
+    // once, changes nothing a signal arriving meanwhile would see, but for
+    // interrupting a call that such a signal would not have.
     for sig in [libc::SIGURG, libc::SIGWINCH, libc::SIGCHLD] {
         if kernel_action(sig).is_none_or(|a| a.handler != libc::SIG_DFL) {
             continue;
@@ -735,7 +750,14 @@ fn glibc_restorer(table: &mut Table) {
                 continue;
             }
             let glibc = kernel_action(sig);
-            libc::sigaction(sig, &old, core::ptr::null_mut());
+            // Put the old action back unless another thread has installed
+            // its own meanwhile.
+            if glibc
+                .as_ref()
+                .is_some_and(|a| a.handler == ignore as *const () as usize)
+            {
+                libc::sigaction(sig, &old, core::ptr::null_mut());
+            }
             if let Some(pc) = glibc.and_then(|a| a.restorer()) {
                 table.add_trampoline(pc);
             }

@@ -79,6 +79,11 @@ struct Region {
 /// else. What it reads is contiguous with a stack pointer of the walk, so
 /// it never reads the heap or another thread's stack, unless one is mapped
 /// directly above this stack's top with no gap.
+///
+/// It belongs to the thread that made it (it is neither `Send` nor `Sync`,
+/// and so neither is a [`crate::LiveWalker`]): its ranges are that thread's
+/// stack, which another thread could read after it has exited and its
+/// stack is unmapped.
 #[derive(Debug)]
 pub struct LiveMemory {
     regions: [Cell<Region>; 3],
@@ -86,6 +91,8 @@ pub struct LiveMemory {
     /// The walk's first sp while the regions beyond the registered stack
     /// are still to be learned ([`Self::learn`]).
     unlearned: Cell<Option<u64>>,
+    /// Keeps the reader on its thread.
+    _thread: core::marker::PhantomData<*const ()>,
 }
 
 impl LiveMemory {
@@ -111,6 +118,7 @@ impl LiveMemory {
             regions: [Cell::new(first), Cell::default(), Cell::default()],
             count: Cell::new(count),
             unlearned: Cell::new(Some(sp)),
+            _thread: core::marker::PhantomData,
         }
     }
 
@@ -321,5 +329,27 @@ impl MemoryReader for LiveMemory {
             }
         }
         self.admit(sp);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `<T as NotSend<_>>::check()` compiles only while `T` is not `Send`:
+    /// for a `Send` type both impls apply and the call is ambiguous.
+    trait NotSend<A> {
+        fn check() {}
+    }
+    impl<T: ?Sized> NotSend<()> for T {}
+    struct IsSend;
+    impl<T: ?Sized + Send> NotSend<IsSend> for T {}
+
+    /// A reader sent to another thread read its stack after the thread had
+    /// exited and glibc had unmapped it: SIGSEGV in safe code.
+    #[test]
+    fn a_live_reader_and_a_live_walker_stay_on_their_thread() {
+        <LiveMemory as NotSend<_>>::check();
+        <crate::LiveWalker as NotSend<_>>::check();
     }
 }
