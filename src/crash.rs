@@ -92,10 +92,7 @@ pub(crate) fn forget_reports_in_child() {
         OWNER.store(0, SeqCst);
         PENDING.store(0, SeqCst);
     }
-    if !REGISTERED.swap(true, SeqCst) {
-        // SAFETY: registers a handler that only stores to atomics.
-        unsafe { libc::pthread_atfork(None, None, Some(in_child)) };
-    }
+    crate::os::once_in_fork_child(&REGISTERED, in_child);
 }
 
 /// A panic report's turn: crash and panic reports are written one at a time,

@@ -912,10 +912,7 @@ pub(crate) fn refresh_with(
     extern "C" fn in_child() {
         REGISTRY.forget_refresh_in_child();
     }
-    if !AT_FORK.swap(true, SeqCst) {
-        // SAFETY: registers a handler that only touches atomics.
-        unsafe { libc::pthread_atfork(None, None, Some(in_child)) };
-    }
+    crate::os::once_in_fork_child(&AT_FORK, in_child);
     REGISTRY.refresh_within(REFRESH_WAIT, fill, release)
 }
 

@@ -294,10 +294,7 @@ fn install() -> std::io::Result<()> {
         }
     }
     static AT_FORK: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
-    if !AT_FORK.swap(true, Relaxed) {
-        // SAFETY: registers a handler that only touches the ring.
-        unsafe { libc::pthread_atfork(None, None, Some(forget_samples_in_child)) };
-    }
+    crate::os::once_in_fork_child(&AT_FORK, forget_samples_in_child);
     // The handler's trampoline is known now: let walks cross it.
     let _ = crate::refresh();
     prefault_ring();

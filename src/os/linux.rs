@@ -171,10 +171,7 @@ pub fn register_thread() -> Option<(u64, u64)> {
         (past_guard(bounds.0, bounds.1, read_checked), bounds.1)
     };
     static AT_FORK: AtomicBool = AtomicBool::new(false);
-    if !AT_FORK.swap(true, Relaxed) {
-        // SAFETY: registers a handler that only touches the static table.
-        unsafe { libc::pthread_atfork(None, None, Some(forget_other_threads)) };
-    }
+    super::once_in_fork_child(&AT_FORK, forget_other_threads);
     // Only a thread whose exit will remove its entry gets one: a stale
     // entry would give a later thread with the same key wrong bounds.
     if REGISTERED.try_with(|_| ()).is_ok() {

@@ -37,6 +37,19 @@ pub(crate) fn keeping_errno<R>(f: impl FnOnce() -> R) -> R {
     r
 }
 
+/// Has `in_child` run in the child after every `fork`, registered the first
+/// time this is called with `registered`. The handler runs in a process
+/// with one thread left: it may only reset state the other threads held.
+pub(crate) fn once_in_fork_child(
+    registered: &core::sync::atomic::AtomicBool,
+    in_child: extern "C" fn(),
+) {
+    if !registered.swap(true, core::sync::atomic::Ordering::SeqCst) {
+        // SAFETY: pthread_atfork only records the handler.
+        unsafe { libc::pthread_atfork(None, None, Some(in_child)) };
+    }
+}
+
 #[cfg(target_os = "linux")]
 use libc::__errno_location as errno_location;
 #[cfg(target_os = "macos")]
