@@ -693,41 +693,54 @@ fn kernel_action(sig: c_int) -> Option<KernelSigaction> {
 
 /// The restorer of every handler installed with one, as the kernel holds
 /// it: the C library's, and any a runtime installed itself through
-/// `rt_sigaction` with its own sigreturn trampoline. Handlers installed
-/// after this refresh are known only if they share one of these.
-fn installed_restorers(table: &mut Table) {
+/// `rt_sigaction` with its own sigreturn trampoline (the first `n` of the
+/// array). Handlers installed after this refresh are known only if they
+/// share one of these.
+fn installed_restorers() -> ([u64; 64], usize) {
+    let mut pcs = [0; 64];
+    let mut n = 0;
     for pc in SIGNALS.filter_map(|sig| kernel_action(sig)?.restorer()) {
+        pcs[n] = pc;
+        n += 1;
+    }
+    (pcs, n)
+}
+
+/// The trampolines a walk knows signal frames by: the system's first (it
+/// serves handlers installed after this refresh too), then every installed
+/// handler's own restorer.
+fn signal_trampolines(table: &mut Table) {
+    let (pcs, n) = installed_restorers();
+    system_trampoline(table, &pcs[..n]);
+    for &pc in &pcs[..n] {
         table.add_trampoline(pc);
     }
 }
 
-/// glibc's `__restore_rt`, which glibc gives every handler it installs
-/// (first: it serves handlers installed after this refresh too), and every
-/// installed handler's own restorer.
+/// glibc's `__restore_rt`, which glibc gives every handler it installs. It
+/// is among the `installed` restorers when a handler was installed through
+/// glibc (Rust's runtime installs two at start-up); only where none was is
+/// it learned by installing one.
 #[cfg(target_arch = "x86_64")]
-fn signal_trampolines(table: &mut Table) {
-    glibc_restorer(table);
-    installed_restorers(table);
-}
-
-/// glibc's `__restore_rt`: the restorer of a handler already installed
-/// through glibc (Rust's runtime installs two at start-up), or else one
-/// learned from a no-op handler installed through glibc for a moment on a
-/// signal that has none.
-#[cfg(target_arch = "x86_64")]
-fn glibc_restorer(table: &mut Table) {
-    // Changing a disposition races with another thread installing its own
-    // handler for that signal, which the restore would undo: not done when
-    // the kernel already holds glibc's restorer.
+fn system_trampoline(table: &mut Table, installed: &[u64]) {
     let c_library = table
         .module_for_addr(libc::sigaction as *const () as u64)
         .copied();
-    let known = SIGNALS
-        .filter_map(|sig| kernel_action(sig)?.restorer())
-        .any(|pc| c_library.is_some_and(|m| m.contains(pc)));
-    if known {
-        return;
+    if !installed
+        .iter()
+        .any(|&pc| c_library.is_some_and(|m| m.contains(pc)))
+    {
+        learn_glibc_restorer(table);
     }
+}
+
+/// glibc's `__restore_rt`, learned from a no-op handler installed through
+/// glibc for a moment on a signal that has none. Changing a disposition
+/// races with another thread installing its own handler for that signal,
+/// which the restore would undo: [`system_trampoline`] does this only when
+/// the kernel holds no restorer of the C library's.
+#[cfg(target_arch = "x86_64")]
+fn learn_glibc_restorer(table: &mut Table) {
     // Ignored by default: a no-op handler there, installed and removed at
     // once, changes nothing a signal arriving meanwhile would see, but for
     // interrupting a call that such a signal would not have.
@@ -764,17 +777,9 @@ fn glibc_restorer(table: &mut Table) {
 }
 
 /// `__kernel_rt_sigreturn` in the vDSO, where the kernel returns from a
-/// handler installed without a restorer (glibc's are), and every installed
-/// handler's own restorer.
+/// handler installed without a restorer (glibc's are), found by its code.
 #[cfg(target_arch = "aarch64")]
-fn signal_trampolines(table: &mut Table) {
-    vdso_trampoline(table);
-    installed_restorers(table);
-}
-
-/// `__kernel_rt_sigreturn` in the vDSO, found by its code.
-#[cfg(target_arch = "aarch64")]
-fn vdso_trampoline(table: &mut Table) {
+fn system_trampoline(table: &mut Table, _installed: &[u64]) {
     use crate::arch::{Arch, Native};
     // SAFETY: getauxval only reads the auxiliary vector.
     let vdso = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) };
