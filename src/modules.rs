@@ -887,10 +887,11 @@ impl Registry {
         // share a copy with it, and the new one reuses only the published
         // one's. A table abandoned half written at a fork keeps its copies
         // (a few leak, once): which of them were mapped is not known.
-        let abandoned = self.abandoned.swap(usize::MAX, SeqCst) == new_idx;
-        for m in new.modules().iter().filter(|_| !abandoned) {
-            if m.sframe_copy.0 != 0 && !old.shares_copy(m) {
-                release(m);
+        if self.abandoned.swap(usize::MAX, SeqCst) != new_idx {
+            for m in new.modules() {
+                if m.sframe_copy.0 != 0 && !old.shares_copy(m) {
+                    release(m);
+                }
             }
         }
         new.clear();
