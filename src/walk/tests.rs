@@ -16,6 +16,9 @@ struct Fake {
     code: Vec<u8>,
     rows: Vec<(u64, u64, Row)>,
     trampoline: Option<u64>,
+    /// Code the map calls outermost (`is_outermost`), as the module table
+    /// calls the program's entry function.
+    outermost: Option<(u64, u64)>,
 }
 
 impl Fake {
@@ -28,6 +31,7 @@ impl Fake {
             code,
             rows: vec![],
             trampoline: None,
+            outermost: None,
         }
     }
     fn a64() -> Self {
@@ -39,6 +43,7 @@ impl Fake {
             code,
             rows: vec![],
             trampoline: None,
+            outermost: None,
         }
     }
     fn row(mut self, start: u64, end: u64, row: Row) -> Self {
@@ -65,6 +70,9 @@ impl CodeMap for Fake {
     }
     fn is_known_trampoline(&self, pc: u64) -> bool {
         self.trampoline == Some(pc)
+    }
+    fn is_outermost(&self, pc: u64) -> bool {
+        self.outermost.is_some_and(|(lo, hi)| pc >= lo && pc < hi)
     }
 }
 
@@ -1081,29 +1089,6 @@ fn a_recursion_through_frame_records_walks_as_the_general_step_does_in_any_buffe
     }
 }
 
-/// A code map that knows an outermost function, as the module table knows
-/// the program's entry function.
-#[derive(Clone)]
-struct WithOutermost {
-    fake: Fake,
-    outer: (u64, u64),
-}
-
-impl CodeMap for WithOutermost {
-    fn lookup(&self, pc: u64) -> Lookup {
-        self.fake.lookup(pc)
-    }
-    fn is_code(&self, addr: u64) -> bool {
-        self.fake.is_code(addr)
-    }
-    fn read_code(&self, addr: u64, buf: &mut [u8]) -> bool {
-        self.fake.read_code(addr, buf)
-    }
-    fn is_outermost(&self, pc: u64) -> bool {
-        pc >= self.outer.0 && pc < self.outer.1
-    }
-}
-
 #[test]
 fn without_tables_the_fast_path_stops_at_the_outermost_function_as_the_general_step_does() {
     // Frame records at STACK+16 -> STACK+48 -> STACK+80; the first return
@@ -1123,9 +1108,9 @@ fn without_tables_the_fast_path_stops_at_the_outermost_function_as_the_general_s
         0,
     ]);
     let regs = x86(CODE + 0x10, STACK, STACK + 16);
-    let code = WithOutermost {
-        fake: Fake::x86(),
-        outer: (CODE + 0x50, CODE + 0x60),
+    let code = Fake {
+        outermost: Some((CODE + 0x50, CODE + 0x60)),
+        ..Fake::x86()
     };
     let regions = [(STACK, &st[..])];
     for fast_path in [true, false] {
