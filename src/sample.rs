@@ -553,7 +553,7 @@ mod fork_tests {
 mod timer_fork_tests {
     use super::*;
 
-    /// A timer id the kernel has given this process; `None` once deleted.
+    /// Whether the kernel still holds timer `id` for this process.
     fn alive(id: libc::timer_t) -> bool {
         // SAFETY: a zeroed itimerspec to fill; timer_gettime checks the id.
         let mut spec: libc::itimerspec = unsafe { core::mem::zeroed() };

@@ -7,6 +7,8 @@
 
 #![cfg(target_os = "linux")]
 
+mod common;
+
 use std::io::Read;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, ExitStatus, Stdio};
@@ -75,11 +77,6 @@ fn scenario() -> Option<String> {
     std::env::var(SCENARIO).ok()
 }
 
-fn gettid() -> i32 {
-    // SAFETY: gettid has no preconditions.
-    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
-}
-
 /// Queues `sig` to the calling thread with the given code and value, as
 /// the kernel or `sigqueue` would.
 fn queue_to_self(sig: i32, code: i32, value: usize) {
@@ -97,7 +94,7 @@ fn queue_to_self(sig: i32, code: i32, value: usize) {
         let r = libc::syscall(
             libc::SYS_rt_tgsigqueueinfo,
             libc::getpid(),
-            gettid(),
+            common::tid(),
             sig,
             &info,
         );
@@ -180,26 +177,43 @@ fn a_fork_child_reports_its_crash_although_another_thread_of_the_parent_was_repo
         if pid == 0 {
             write_through_null();
         }
-        // Read both reports: the parent's panic and the child's crash.
-        let drain = std::thread::spawn(move || {
-            let mut all = Vec::new();
-            let mut buf = [0u8; 4096];
-            loop {
-                // SAFETY: `buf` is writable for its length.
-                let n = unsafe { libc::read(r, buf.as_mut_ptr().cast(), buf.len()) };
-                if n <= 0 {
-                    break;
+        // Read both reports, the parent's panic and the child's crash, until
+        // the child has died and the pipe is empty. (Stopping at the first
+        // "end of report" lost the child's when the parent's ended first.)
+        let child_done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let drain = {
+            let child_done = child_done.clone();
+            std::thread::spawn(move || {
+                let mut all = Vec::new();
+                let mut buf = [0u8; 4096];
+                loop {
+                    let done = child_done.load(std::sync::atomic::Ordering::SeqCst);
+                    let mut p = libc::pollfd {
+                        fd: r,
+                        events: libc::POLLIN,
+                        revents: 0,
+                    };
+                    // SAFETY: one valid pollfd.
+                    if unsafe { libc::poll(&mut p, 1, 100) } <= 0 {
+                        if done {
+                            break;
+                        }
+                        continue;
+                    }
+                    // SAFETY: `buf` is writable for its length.
+                    let n = unsafe { libc::read(r, buf.as_mut_ptr().cast(), buf.len()) };
+                    if n <= 0 {
+                        break;
+                    }
+                    all.extend_from_slice(&buf[..n as usize]);
                 }
-                all.extend_from_slice(&buf[..n as usize]);
-                if String::from_utf8_lossy(&all).contains("end of report") {
-                    break;
-                }
-            }
-            all
-        });
+                all
+            })
+        };
         let mut status = 0;
         // SAFETY: waits for the child forked above.
         assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        child_done.store(true, std::sync::atomic::Ordering::SeqCst);
         let all = drain.join().unwrap();
         let text = String::from_utf8_lossy(&all);
         eprintln!("child status {status:#x}");
