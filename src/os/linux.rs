@@ -804,6 +804,18 @@ fn system_trampoline(table: &mut Table, _installed: &[u64]) {
 /// Rebuilds the module table from the loader's list. Call after loading or
 /// unloading libraries; never from a signal handler.
 pub fn refresh() -> Result<u64, RefreshError> {
+    // Where this kernel's user space ends, for stripping signatures from
+    // return addresses: the file name the kernel put at the top of the
+    // initial stack lies there.
+    #[cfg(target_arch = "aarch64")]
+    {
+        use crate::arch::aarch64;
+        // SAFETY: getauxval only reads the auxiliary vector.
+        let top = unsafe { libc::getauxval(libc::AT_EXECFN) };
+        if top != 0 {
+            aarch64::set_user_address_bits(aarch64::user_address_bits(top));
+        }
+    }
     let mut exe_buf = [0u8; 4096];
     // SAFETY: readlink writes at most len-1 bytes into the buffer.
     let n = unsafe {

@@ -540,18 +540,24 @@ fn aarch64_signal_frame_offsets_match_the_kernel_layout() {
 #[test]
 fn pac_stripping_keeps_exactly_the_user_address_bits_of_the_target() {
     // Apple's arm64e signatures start at bit 47 (user addresses stay below
-    // 0x7fff_fe00_0000); Linux user addresses use 48 bits.
-    let user = 0x0000_7ffe_1234_5678u64;
+    // 0x7fff_fe00_0000); Linux user addresses use 48 bits until `init`
+    // finds the kernel's user space smaller (under qemu-user, 39 bits).
     let bits = if cfg!(target_vendor = "apple") {
         47
     } else {
         48
     };
     assert_eq!(aarch64::USER_ADDRESS_MASK, (1u64 << bits) - 1);
-    let signed = user | 0x0035_8000_0000_0000 & !aarch64::USER_ADDRESS_MASK;
+    let mask = aarch64::user_address_mask();
+    assert!(mask == aarch64::USER_ADDRESS_MASK || !cfg!(target_vendor = "apple"));
+    assert!(((1 << 36) - 1..=aarch64::USER_ADDRESS_MASK).contains(&mask));
+    assert_eq!(mask & (mask + 1), 0, "{mask:#x} is a run of low bits");
+    // An address below every user space, signed in every bit above this one.
+    let user = 0x0000_000f_1234_5678u64;
+    let signed = user | 0x0035_8000_0000_0000 & !mask;
     assert_ne!(signed, user);
     assert_eq!(aarch64::strip_pac(signed), user);
-    assert_eq!(aarch64::strip_pac(u64::MAX), aarch64::USER_ADDRESS_MASK);
+    assert_eq!(aarch64::strip_pac(u64::MAX), mask);
 }
 
 /// Walks `st` from `regs` through `map` into a buffer (remembered ends
