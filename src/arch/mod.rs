@@ -63,7 +63,11 @@ pub trait Arch: Copy + core::fmt::Debug {
 
     /// Applies an SFrame row. `ra_in_register_ok` is true only for the topmost
     /// frame and the frame right after a signal frame, the only places where a
-    /// return address may still be live in a register.
+    /// return address may still be live in a register, and the only frames
+    /// whose registers other than the stack and frame pointers are known:
+    /// SFrame says nothing of where a callee saved the others, so above
+    /// those frames they hold some callee's values, and a row (a FLEX row)
+    /// that names one fails with [`StepError::Invalid`].
     fn step_sframe<M: MemoryReader>(
         row: &Row,
         regs: &Self::Regs,

@@ -519,6 +519,56 @@ fn aarch64_ra_in_lr_is_used_in_the_first_frame_only() {
 }
 
 #[test]
+fn aarch64_a_row_naming_x19_applies_in_the_first_frame_only() {
+    // As on x86_64 (`a_row_naming_another_register_...`): B's FLEX row
+    // takes the CFA from x19, which only frame 0 knows. Frame 1 in B falls
+    // back to its frame record (returning to C at +0x0a) instead of the
+    // stale word x19 = STACK + 0x40 would find (C at +0x0f).
+    let record = row(CfaRule::SpPlus(16), RegRule::AtCfa(-8), RegRule::AtCfa(-16));
+    let flex = row(
+        CfaRule::RegPlus {
+            reg: 19,
+            offset: 16,
+        },
+        RegRule::AtCfa(-8),
+        RegRule::AtCfa(-16),
+    );
+    let code = Fake::a64()
+        .row(CODE, CODE + 0x100, record)
+        .row(CODE + 0x100, CODE + 0x200, flex)
+        .row(CODE + 0x200, CODE + 0x300, outermost());
+    let mut w = [0u64; 12];
+    w[0] = STACK + 0x20; // A's frame record: B's frame pointer
+    w[1] = CODE + 0x104; // and return address
+    w[5] = CODE + 0x20a; // B's frame record at STACK + 0x20
+    w[9] = CODE + 0x20f; // the stale word
+    let st = stack(&w);
+    let opts = WalkOptions {
+        scan_words: 0,
+        ..Default::default()
+    };
+    let regs = |pc| aarch64::Regs {
+        x19_x28: [STACK + 0x40, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        ..a64(pc, STACK, STACK, 0)
+    };
+    let (frames, _) = walk_with::<Aarch64>(regs(CODE + 0x10), true, &st, code.clone(), opts);
+    let found: Vec<_> = frames.iter().map(|f| (f.pc, f.method)).collect();
+    assert_eq!(
+        found,
+        [
+            (CODE + 0x10, Method::Context),
+            (CODE + 0x104, Method::SFrame),
+            (CODE + 0x20a, Method::FramePointer),
+        ]
+    );
+    let (frames, _) = walk_with::<Aarch64>(regs(CODE + 0x110), true, &st, code, opts);
+    assert_eq!(
+        (frames[1].pc, frames[1].method),
+        (CODE + 0x20f, Method::SFrame)
+    );
+}
+
+#[test]
 fn aarch64_mangled_return_addresses_are_stripped() {
     let mut r = row(CfaRule::SpPlus(16), RegRule::AtCfa(-8), RegRule::AtCfa(-16));
     r.mangled_ra = true;
@@ -579,11 +629,14 @@ fn remembered_and_fresh<C: CodeMap>(
 }
 
 #[test]
-fn a_walk_end_through_a_row_that_reads_another_register_is_not_remembered() {
-    // Frame 0: cfa = sp + 8. Its caller's row takes the CFA from rbx (a
-    // FLEX row may use any register), and the next function is outermost.
-    // Two walks from the same pc, sp and frame pointer but another rbx find
-    // different callers; the state of a remembered end holds no rbx.
+fn a_row_naming_another_register_applies_only_where_the_walk_knows_that_register() {
+    // Function B's FLEX row takes the CFA from rbx (stack realignment can
+    // use any register). In frame 0 rbx is the captured register; in an
+    // outer frame it holds whatever a callee left there (SFrame does not
+    // say where callees saved it), so that frame falls back to its frame
+    // record. The stack holds a frame record at rbp returning to C at
+    // +0x0a, and, 32 bytes up, a stale word that reads as a return to C at
+    // +0x0f: what rbx = STACK + 48 would find.
     let code = Fake::x86()
         .row(CODE, CODE + 0x100, at_call())
         .row(
@@ -597,21 +650,39 @@ fn a_walk_end_through_a_row_that_reads_another_register_is_not_remembered() {
         )
         .row(CODE + 0x200, CODE + 0x300, outermost());
     let mut words = [0u64; 8];
-    words[0] = CODE + 0x105;
-    words[3] = CODE + 0x20a; // the return address for rbx = STACK + 16
-    words[7] = CODE + 0x20f; // and for rbx = STACK + 48
+    words[0] = CODE + 0x105; // A returns into B
+    words[3] = CODE + 0x20a; // B's frame record at rbp = STACK + 16
+    words[7] = CODE + 0x20f; // the stale word
     let st = stack(&words);
     let memo = Remembering::new(code.clone());
-    let with_rbx = |rbx| x86_64::Regs {
+    let regs = |rip, rbx| x86_64::Regs {
         rbx,
-        ..x86(CODE + 0x10, STACK, 3)
+        ..x86(rip, STACK, STACK + 16)
     };
-    // Marked, recorded, then offered for replay to another rbx.
-    for rbx in [STACK + 16, STACK + 16, STACK + 16, STACK + 48] {
-        let (got, fresh) = remembered_and_fresh(with_rbx(rbx), &st, &memo, &code);
+    // Frame 1 in B: rbx is not its own, whatever it holds. The walk end
+    // from there is remembered (marked, recorded, replayed) and stays
+    // right for another rbx.
+    for rbx in [STACK + 16, STACK + 16, STACK + 16, STACK + 48, STACK + 48] {
+        let (got, fresh) = remembered_and_fresh(regs(CODE + 0x10, rbx), &st, &memo, &code);
         assert_eq!(got, fresh, "rbx {rbx:#x}");
-        let want = if rbx == STACK + 16 { 0x20a } else { 0x20f };
-        assert_eq!(got.0[2].pc, CODE + want);
+        let found: Vec<_> = got.0.iter().map(|f| (f.pc, f.method)).collect();
+        assert_eq!(
+            found,
+            [
+                (CODE + 0x10, Method::Context),
+                (CODE + 0x105, Method::SFrame),
+                (CODE + 0x20a, Method::FramePointer),
+            ],
+            "rbx {rbx:#x}"
+        );
+    }
+    // Frame 0 in B: its rbx is the captured register, and the row applies.
+    for (rbx, ra) in [(STACK + 16, 0x20a), (STACK + 48, 0x20f)] {
+        let (frames, _) = walk::<X86_64>(regs(CODE + 0x110, rbx), true, &st, code.clone());
+        assert_eq!(
+            (frames[1].pc, frames[1].method),
+            (CODE + ra, Method::SFrame)
+        );
     }
 }
 

@@ -158,7 +158,13 @@ impl Arch for Aarch64 {
             // its return address in x30; anywhere else x30 is the callee's.
             return Err(StepError::Invalid);
         }
-        let v = eval_row(row, r.sp, r.fp, r.lr, |n| r.dwarf(n), mem)?;
+        // Above the first frame only sp and fp are this frame's own.
+        let reg = |n| match n {
+            29 | 31 => r.dwarf(n),
+            _ if ra_in_register_ok => r.dwarf(n),
+            _ => None,
+        };
+        let v = eval_row(row, r.sp, r.fp, r.lr, reg, mem)?;
         let pc = if row.mangled_ra || row.ra == RegRule::SameValue {
             strip_pac(v.ra)
         } else {

@@ -92,13 +92,19 @@ impl Arch for X86_64 {
         row: &Row,
         r: &Regs,
         mem: &M,
-        _ra_in_register_ok: bool,
+        registers_known: bool,
     ) -> Result<Regs, StepError> {
         // x86_64 never keeps the return address in a register across a call.
         if row.ra == RegRule::SameValue {
             return Err(StepError::Invalid);
         }
-        let v = eval_row(row, r.rsp, r.rbp, 0, |n| r.dwarf(n), mem)?;
+        // Above the first frame only rsp and rbp are this frame's own.
+        let reg = |n| match n {
+            6 | 7 => r.dwarf(n),
+            _ if registers_known => r.dwarf(n),
+            _ => None,
+        };
+        let v = eval_row(row, r.rsp, r.rbp, 0, reg, mem)?;
         Ok(Regs {
             rip: v.ra,
             rsp: v.cfa,
