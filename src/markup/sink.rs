@@ -156,32 +156,81 @@ fn writable(fd: i32) -> bool {
     }
 }
 
-impl Sink for FdSink {
-    fn write(&mut self, bytes: &[u8]) {
+impl FdSink {
+    /// [`Sink::write`], handing what leaves the buffer to `emit` (which
+    /// says whether all of it was written).
+    fn write_with(&mut self, bytes: &[u8], mut emit: impl FnMut(&[u8]) -> bool) {
         if self.failed {
             return;
         }
         if self.len + bytes.len() > self.buf.len() {
-            self.flush();
+            self.flush_with(&mut emit);
+            // Nothing after a gap: the output ends where it failed.
+            if self.failed {
+                return;
+            }
         }
         if bytes.len() > self.buf.len() {
-            self.failed |= !write_all(self.fd, bytes);
+            self.failed |= !emit(bytes);
         } else {
             self.buf[self.len..self.len + bytes.len()].copy_from_slice(bytes);
             self.len += bytes.len();
         }
     }
 
-    fn flush(&mut self) {
+    /// [`Sink::flush`] through `emit`.
+    fn flush_with(&mut self, mut emit: impl FnMut(&[u8]) -> bool) {
         let len = core::mem::take(&mut self.len);
         if !self.failed {
-            self.failed = !write_all(self.fd, &self.buf[..len]);
+            self.failed = !emit(&self.buf[..len]);
         }
+    }
+}
+
+impl Sink for FdSink {
+    fn write(&mut self, bytes: &[u8]) {
+        let fd = self.fd;
+        self.write_with(bytes, |b| write_all(fd, b));
+    }
+
+    fn flush(&mut self) {
+        let fd = self.fd;
+        self.flush_with(|b| write_all(fd, b));
     }
 }
 
 impl Drop for FdSink {
     fn drop(&mut self) {
         self.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn after_a_failed_flush_a_line_longer_than_the_buffer_is_not_written() {
+        // The descriptor refuses the flush and would take what follows (a
+        // reader that caught up, a descriptor replaced): the output must
+        // still end at the failure, not go on after a gap.
+        let mut written: Vec<Vec<u8>> = Vec::new();
+        let mut calls = 0;
+        let mut emit = |b: &[u8]| {
+            calls += 1;
+            if calls == 1 {
+                return false;
+            }
+            written.push(b.to_vec());
+            true
+        };
+        let mut sink = FdSink::new(-1);
+        sink.write_with(b"the start of a line", &mut emit);
+        sink.write_with(&[b'x'; FD_SINK_BUFFER + 1], &mut emit);
+        sink.write_with(b"more", &mut emit);
+        sink.flush_with(&mut emit);
+        assert!(sink.failed());
+        assert!(written.is_empty(), "{} writes after the gap", written.len());
+        assert_eq!(calls, 1);
     }
 }
