@@ -382,16 +382,27 @@ fn raise_here(sig: c_int, info: *const libc::siginfo_t) {
 
 /// Whether returning from the handler runs the faulting instruction again,
 /// so that the fault recurs by itself: a SIGSEGV, SIGBUS, SIGILL or SIGFPE
-/// that the kernel raised for an instruction (a trap instruction's SIGTRAP
-/// would not recur: the pc is already past it). Not an asynchronous fault,
-/// which names no instruction: a memory error found in the background
-/// (`BUS_MCEERR_AO`) or an asynchronous MTE tag fault (`SEGV_MTEAERR`).
+/// that the kernel raised for an instruction, and on AArch64 Linux the
+/// SIGTRAP of a `brk` (`TRAP_BRKPT`), whose pc the kernel leaves at the
+/// instruction (x86_64's `int3` leaves it past, so that SIGTRAP would not
+/// recur). Not an asynchronous fault, which names no instruction: a memory
+/// error found in the background (`BUS_MCEERR_AO`) or an asynchronous MTE
+/// tag fault (`SEGV_MTEAERR`). A fault that recurs is not also sent again:
+/// an earlier handler would see it twice, the first time with a copy of
+/// the kernel's siginfo.
 fn fault_recurs(sig: c_int, code: c_int) -> bool {
-    matches!(
+    let faulting = matches!(
         sig,
         libc::SIGSEGV | libc::SIGBUS | libc::SIGILL | libc::SIGFPE
-    ) && origin(code) == Origin::Fault
-        && !asynchronous_fault(sig, code)
+    ) || brk_trap(sig, code);
+    faulting && origin(code) == Origin::Fault && !asynchronous_fault(sig, code)
+}
+
+/// Whether this is the SIGTRAP of an AArch64 `brk` on Linux.
+fn brk_trap(sig: c_int, code: c_int) -> bool {
+    const TRAP_BRKPT: c_int = 1;
+    cfg!(all(target_os = "linux", target_arch = "aarch64"))
+        && (sig, code) == (libc::SIGTRAP, TRAP_BRKPT)
 }
 
 /// Linux's `BUS_MCEERR_AO` and `SEGV_MTEAERR` (not in every libc).
@@ -692,4 +703,29 @@ unsafe fn report(
         }
     };
     write_trailer(&mut m, n, more);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_faults_that_run_their_instruction_again_are_left_to_recur() {
+        assert!(fault_recurs(libc::SIGSEGV, 1));
+        assert!(fault_recurs(libc::SIGILL, 2));
+        // Sent by a process (SI_USER): nothing recurs.
+        let sent = if cfg!(target_os = "macos") {
+            0x10001
+        } else {
+            0
+        };
+        assert!(!fault_recurs(libc::SIGSEGV, sent));
+        // A `brk` leaves the pc at itself on AArch64 Linux (TRAP_BRKPT);
+        // x86_64's `int3` (SI_KERNEL) leaves it past, as does a sent one.
+        let brk = fault_recurs(libc::SIGTRAP, 1);
+        assert_eq!(brk, cfg!(all(target_os = "linux", target_arch = "aarch64")));
+        assert!(!fault_recurs(libc::SIGTRAP, 0x80));
+        assert!(!fault_recurs(libc::SIGTRAP, -6));
+        assert!(!fault_recurs(libc::SIGABRT, -6));
+    }
 }
