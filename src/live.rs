@@ -108,7 +108,8 @@ pub fn walker(regs: Regs, precise: bool, opts: WalkOptions) -> Option<LiveWalker
 }
 
 /// Walks from `regs` into `out`; returns the number of frames written (0
-/// before [`init`]). Allocation-free, lock-free and async-signal-safe.
+/// before [`init`]); `out` past them is unspecified ([`Walker::fill`]).
+/// Allocation-free, lock-free and async-signal-safe.
 pub fn walk_from(regs: Regs, precise: bool, opts: WalkOptions, out: &mut [Frame]) -> usize {
     // Built in place rather than through `walker`: moving the walker out of
     // an `Option` costs a copy of it per walk.

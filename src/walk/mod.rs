@@ -529,7 +529,10 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
         &self.regs
     }
 
-    /// Walks into `out`, returning the number of frames written.
+    /// Walks into `out`, returning the number of frames written. What
+    /// `out` holds past that count is unspecified: a remembered walk end
+    /// that proves stale, or one read while another thread rewrote it, may
+    /// have been copied there before it was turned down.
     pub fn fill(&mut self, out: &mut [Frame]) -> usize {
         let mut n = 0;
         while n < out.len() {
