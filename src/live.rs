@@ -58,11 +58,14 @@ impl core::fmt::Display for InitError {
 
 impl std::error::Error for InitError {}
 
-/// Builds the module table and records this thread's stack bounds. Call it
+/// Builds the module table, records this thread's stack bounds and (on
+/// Linux) readies the sample ring for `fork`. Call it
 /// once at start-up, outside any signal handler, and again (or [`refresh`])
 /// after loading or unloading libraries. Returns the table's generation.
 pub fn init() -> Result<u64, InitError> {
     register_thread();
+    #[cfg(target_os = "linux")]
+    crate::sample::ready_for_fork();
     refresh()
 }
 

@@ -137,7 +137,8 @@ fn now_ns() -> u64 {
 
 /// Records one sample of the interrupted context `uc`. This is what the
 /// SIGPROF handler does; call it from a handler of your own to sample on
-/// another signal. Async-signal-safe, lock-free, allocation-free.
+/// another signal, after [`crate::init`] (which also readies the ring for
+/// `fork`). Async-signal-safe, lock-free, allocation-free.
 ///
 /// # Safety
 /// `uc` must be the `ucontext_t` the kernel passed to an `SA_SIGINFO`
@@ -293,19 +294,27 @@ fn install() -> std::io::Result<()> {
             return Err(std::io::Error::last_os_error());
         }
     }
-    static AT_FORK: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
-    crate::os::once_in_fork_child(&AT_FORK, forget_samples_in_child);
+    ready_for_fork();
     // The handler's trampoline is known now: let walks cross it.
     let _ = crate::refresh();
     prefault_ring();
     Ok(())
 }
 
+/// Has [`forget_samples_in_child`] run after every `fork`. Called by
+/// [`crate::init`] and whatever starts the SIGPROF handler, so that a
+/// handler of the program's own that calls [`record`] is covered too.
+pub(crate) fn ready_for_fork() {
+    static AT_FORK: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+    crate::os::once_in_fork_child(&AT_FORK, forget_samples_in_child);
+}
+
 /// In a child after `fork`: only the forking thread is left, so a slot
 /// another thread had claimed but not yet written would never be, and
 /// every drain would stop there for good. The child drops what the ring
 /// held (the parent's samples, which the parent drains), touching only the
-/// slots in use.
+/// slots in use, and starts its counters from zero. A drain another thread
+/// was running is over too.
 extern "C" fn forget_samples_in_child() {
     let (read, next) = (RING.read.load(Relaxed), RING.next.load(Relaxed));
     for p in read..next {
@@ -314,6 +323,14 @@ extern "C" fn forget_samples_in_child() {
             .store(2 * (p / RING_SLOTS + 1), Relaxed);
     }
     RING.read.store(next, Relaxed);
+    for c in [&RING.taken, &RING.dropped, &RING.missed, &RING.handler_ns] {
+        c.store(0, Relaxed);
+    }
+    // SAFETY: pthread_self has no preconditions.
+    let me = unsafe { libc::pthread_self() } as u64;
+    if DRAINER.load(Relaxed) != me {
+        DRAINER.store(0, Relaxed);
+    }
 }
 
 /// Samples the thread that creates it, `hz` times per second of wall-clock
@@ -456,9 +473,27 @@ pub fn stop() {
     let _ = set_timer(core::time::Duration::ZERO);
 }
 
-/// Hands every recorded sample to `f`, oldest first, and frees its slot.
-/// Call from one thread at a time, outside signal handlers.
+/// The thread running [`drain`] (its `pthread_self`), 0 for none.
+static DRAINER: AtomicU64 = AtomicU64::new(0);
+
+/// Hands every recorded sample to `f`, oldest first, and frees its slot;
+/// returns how many. One drain runs at a time: a call made while another
+/// runs, on another thread or from inside `f`, hands out nothing and
+/// returns 0. Call it outside signal handlers.
 pub fn drain(mut f: impl FnMut(&Sample)) -> usize {
+    // SAFETY: pthread_self has no preconditions.
+    let me = unsafe { libc::pthread_self() } as u64;
+    if DRAINER.compare_exchange(0, me, Acquire, Relaxed).is_err() {
+        return 0;
+    }
+    /// Ends the drain however `f` leaves it (a panic included).
+    struct Done;
+    impl Drop for Done {
+        fn drop(&mut self) {
+            DRAINER.store(0, Release);
+        }
+    }
+    let _done = Done;
     let mut n = 0;
     loop {
         let r = RING.read.load(Relaxed);
@@ -469,16 +504,20 @@ pub fn drain(mut f: impl FnMut(&Sample)) -> usize {
         if slot.lap.load(Acquire) != 2 * lap + 1 {
             return n;
         }
-        // SAFETY: the writer published the sample, and the slot is not
-        // handed back until the reader is done with it.
-        f(unsafe { &*slot.sample.get() });
+        // SAFETY: the writer published the sample, and no writer takes
+        // the slot until it is handed back below. Copied out first, so `f`
+        // never sees a slot a writer may already be reusing, and a sample
+        // is handed out once even if `f` panics.
+        let sample = unsafe { *slot.sample.get() };
         slot.lap.store(2 * (lap + 1), Release);
         RING.read.store(r + 1, Relaxed);
         n += 1;
+        f(&sample);
     }
 }
 
-/// The profiler's counters since the process started.
+/// The profiler's counters since the process started (in a child after
+/// `fork`, since the fork).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
     /// Samples recorded.
@@ -519,8 +558,50 @@ mod fork_tests {
         }
     }
 
+    /// The tests that drain take turns: a drain running elsewhere makes
+    /// another hand out nothing.
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    fn turn() -> std::sync::MutexGuard<'static, ()> {
+        TURN.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    #[test]
+    fn a_drain_inside_a_drain_or_beside_one_hands_out_nothing_and_wedges_nothing() {
+        let _t = turn();
+        crate::init().unwrap();
+        drain(|_| {});
+        let me = crate::crash::gettid();
+        for _ in 0..3 {
+            record_here();
+        }
+        // From inside the callback: once each, and the ring goes on.
+        let (mut outer, mut inner) = (0, 0);
+        drain(|s| {
+            outer += usize::from(s.tid == me);
+            inner += drain(|_| {});
+        });
+        assert_eq!((outer, inner), (3, 0));
+        // From another thread while this one drains.
+        record_here();
+        let mut beside = None;
+        drain(|_| {
+            if beside.is_none() {
+                beside = Some(std::thread::spawn(|| drain(|_| {})).join().unwrap());
+            }
+        });
+        assert_eq!(beside, Some(0));
+        for _ in 0..2 {
+            record_here();
+        }
+        let mut later = 0;
+        drain(|s| later += usize::from(s.tid == me));
+        assert_eq!(later, 2, "the ring still hands samples out");
+    }
+
     #[test]
     fn a_child_after_fork_is_not_stuck_behind_a_sample_another_thread_was_writing() {
+        let _t = turn();
         install().unwrap();
         drain(|_| {});
         // A thread that was sampled when the process forked: it claimed a
