@@ -291,6 +291,13 @@ impl Table {
         self.cache_gen = 0;
     }
 
+    /// Counts `n` more modules left out before they reached [`Table::push`]
+    /// (images past the room the module discovery read them into).
+    #[cfg(target_os = "macos")]
+    pub(crate) fn count_dropped(&mut self, n: usize) {
+        self.dropped += n;
+    }
+
     /// Appends a module; returns `false` (and counts it as dropped) when full.
     pub fn push(&mut self, m: Module) -> bool {
         if self.count == MAX_MODULES {

@@ -15,9 +15,12 @@
 //! [`refresh`] rebuilds the table from `_dyld_image_count` and friends and,
 //! the first time, registers `_dyld_register_func_for_add_image` and
 //! `_dyld_register_func_for_remove_image` callbacks that keep it current:
-//! an added image is appended, a removed one dropped (before dyld unmaps
-//! it, since dyld waits for the callback, which waits for walks still
-//! reading the old table). Image memory is only ever read with
+//! an added image is appended, a removed one dropped (in a table published
+//! before dyld unmaps it; walks already under way may still read the
+//! replaced table's entry, whose unwind data the table owns, and a
+//! refresh that cannot run because a thread holds a walk across two
+//! refreshes leaves the image listed: see [`modules::REFRESH_WAIT`]).
+//! Image memory is only ever read with
 //! [`read_checked`], so an image unloaded while the table is rebuilt gives
 //! a missing module, not a fault; a refresh during which an image came or
 //! went reads dyld's list again (see `CHANGES`).
@@ -254,20 +257,25 @@ const MAX_ATTEMPTS: usize = 64;
 static REMOVED: HeaderSet = HeaderSet::new();
 
 /// Reads dyld's list of images into `images`, leaving out those being
-/// removed; returns how many it holds. Only the header is taken from the
+/// removed; returns how many it holds and how many did not fit. Only the
+/// header is taken from the
 /// list: indexes shift when an image leaves it, so a second query by index
 /// could answer for another image. The name comes from the header's own
 /// image, through `dladdr` (not called with the table held: it takes
 /// dyld's lock, which a thread in one of our callbacks holds).
-fn list_images(images: &mut [Image]) -> usize {
-    let mut n = 0;
+fn list_images(images: &mut [Image]) -> (usize, usize) {
+    let (mut n, mut left_out) = (0, 0);
     // SAFETY: the dyld query takes an index below the count; an index that
     // went stale (an image unloaded meanwhile) yields a null header.
     let count = unsafe { _dyld_image_count() };
     for i in 0..count {
         // SAFETY: as above.
         let mh = unsafe { _dyld_get_image_header(i) } as u64;
-        if mh == 0 || n == images.len() || REMOVED.contains(mh) {
+        if mh == 0 || REMOVED.contains(mh) {
+            continue;
+        }
+        if n == images.len() {
+            left_out += 1;
             continue;
         }
         images[n] = Image {
@@ -276,7 +284,7 @@ fn list_images(images: &mut [Image]) -> usize {
         };
         n += 1;
     }
-    n
+    (n, left_out)
 }
 
 /// The path of the image whose header is at `mh` (null if dyld knows none).
@@ -307,7 +315,7 @@ pub fn refresh() -> Result<u64, RefreshError> {
         // dlopen on another thread holds dyld's lock while its callback
         // waits for the table.
         let seen = CHANGES.load(SeqCst);
-        let n = list_images(&mut images);
+        let (n, left_out) = list_images(&mut images);
         let mut stale = false;
         let generation = modules::refresh_with(
             |new, old| {
@@ -326,6 +334,7 @@ pub fn refresh() -> Result<u64, RefreshError> {
                         push(new, old, m);
                     }
                 }
+                new.count_dropped(left_out);
             },
             |m| release_copy(m.sframe_copy),
         )?;
@@ -391,6 +400,7 @@ extern "C" fn on_add_image(mh: *const c_void, _slide: isize) {
             if let Some(m) = image_module(mh, name, old) {
                 push(new, old, m);
             }
+            new.count_dropped(old.dropped_modules());
         },
         |m| release_copy(m.sframe_copy),
     );
@@ -409,6 +419,7 @@ extern "C" fn on_remove_image(mh: *const c_void, _slide: isize) {
             for m in old.modules().iter().filter(|m| !is_image(m, mh)) {
                 push(new, old, *m);
             }
+            new.count_dropped(old.dropped_modules());
         },
         |m| release_copy(m.sframe_copy),
     );
