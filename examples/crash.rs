@@ -9,7 +9,8 @@
 //! default), `bus`, `ill`, `fpe`, `abrt`, `trap`, `overflow` (main thread),
 //! `thread-overflow`, `threads` (8 threads crash at once), `nested` (the
 //! handler itself faults), `sigpipe-segv` (`segv` with `SIGPIPE` at its
-//! default action, for a report into a pipe nobody reads); the tests also
+//! default action, for a report into a pipe nobody reads), `gp` (x86_64: a
+//! general-protection fault, which has no fault address); the tests also
 //! use `gap-sp`, `chain` and `sampled-abrt` (see `main` below).
 
 #[cfg(target_os = "linux")]
@@ -140,6 +141,15 @@ fn main() {
     match mode.as_str() {
         "segv" | "sigpipe-segv" => {
             black_box(rust_entry(7));
+        }
+        "gp" => {
+            // x86_64: a non-canonical address faults as a general-protection
+            // fault, which the kernel reports with SI_KERNEL and no address.
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: none: the fault is the point.
+            unsafe {
+                (black_box(0x8000_0000_0000_1000u64) as *mut u64).write_volatile(1)
+            };
         }
         "bus" => {
             // Touch a page of a mapped file past its end.

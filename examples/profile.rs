@@ -147,12 +147,21 @@ fn main() {
     let handler = stats.handler_ns - handler0;
 
     // Context: every module (samples may land anywhere).
+    // Written whole: a buffer too small for it grows (a context cut short
+    // would end inside an element, which swallows the next line).
     let table = stackmark::modules::current().unwrap();
-    let mut buf = vec![0u8; 256 * 1024];
-    let mut sink = SliceSink::new(&mut buf);
-    Markup::new(&mut sink).context(table.modules(), &[], Scope::AllModules);
+    let mut size = 256 * 1024;
+    let context = loop {
+        let mut buf = vec![0u8; size];
+        let mut sink = SliceSink::new(&mut buf);
+        Markup::new(&mut sink).context(table.modules(), &[], Scope::AllModules);
+        if !sink.truncated() {
+            break sink.as_bytes().to_vec();
+        }
+        size *= 2;
+    };
     let mut out = std::io::stdout().lock();
-    out.write_all(sink.as_bytes()).unwrap();
+    out.write_all(&context).unwrap();
     let mut stacks: Vec<_> = folded.into_iter().collect();
     stacks.sort_by_key(|s| std::cmp::Reverse(s.1));
     for (pcs, count) in &stacks {

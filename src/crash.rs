@@ -606,6 +606,15 @@ fn origin(code: c_int) -> Origin {
     };
 }
 
+/// Whether a fault's code is Linux's `SI_KERNEL`, which the kernel gives
+/// without an address: an x86_64 general-protection fault (a non-canonical
+/// address, say) or `int3`. Its `si_addr` is 0, which would read as a null
+/// pointer.
+fn kernel_without_address(code: c_int) -> bool {
+    const SI_KERNEL: c_int = 0x80;
+    cfg!(target_os = "linux") && code == SI_KERNEL
+}
+
 /// The name of a signal this handler reports.
 pub fn signal_name(sig: c_int) -> &'static str {
     match sig {
@@ -670,6 +679,9 @@ unsafe fn report(
                 .signed(i64::from(pid))
                 .text(" uid ")
                 .dec(u64::from(uid));
+        }
+        Origin::Fault if kernel_without_address(code) => {
+            m.text(", no fault address (SI_KERNEL: a general-protection fault or int3)");
         }
         Origin::Fault => {
             // SAFETY: for a fault the kernel filled in the address.

@@ -265,7 +265,8 @@ impl<'s, S: Sink> Markup<'s, S> {
     }
 
     /// Bytes with every character the markup syntax or a terminal could
-    /// misread (`:`, `{`, `}`, control characters) replaced by `_`.
+    /// misread (`:`, `{`, `}`, control characters, C1 ones in UTF-8 too)
+    /// replaced by `_` (a byte each).
     ///
     /// ```
     /// use stackmark::markup::{Markup, SliceSink};
@@ -282,12 +283,21 @@ impl<'s, S: Sink> Markup<'s, S> {
     }
 
     /// `b` with each byte replaced by `f` of it, in order, through a small
-    /// buffer (no allocation).
+    /// buffer (no allocation). The C1 control characters U+0080 to U+009F
+    /// (UTF-8 `c2 80` to `c2 9f`), which terminals act on as they do on
+    /// ASCII ones (U+009B opens an escape sequence, U+0085 breaks a line),
+    /// become `__` first.
     fn mapped(&mut self, b: &[u8], mut f: impl FnMut(u8) -> u8) -> &mut Self {
-        for chunk in b.chunks(64) {
+        let c1_at = |i: usize| b[i] == 0xc2 && matches!(b.get(i + 1), Some(0x80..=0x9f));
+        let mut in_c1 = false;
+        for (k, chunk) in b.chunks(64).enumerate() {
             let mut out = [0u8; 64];
-            for (o, &c) in out.iter_mut().zip(chunk) {
-                *o = f(c);
+            for (j, (o, &c)) in out.iter_mut().zip(chunk).enumerate() {
+                let c1 = core::mem::replace(&mut in_c1, false) || {
+                    in_c1 = c1_at(k * 64 + j);
+                    in_c1
+                };
+                *o = f(if c1 { b'_' } else { c });
             }
             self.sink.write(&out[..chunk.len()]);
         }
@@ -296,8 +306,8 @@ impl<'s, S: Sink> Markup<'s, S> {
 
     /// Free text, such as a panic message or a file name, as it is except
     /// for what a symbolizing filter or a terminal would act on: control
-    /// characters other than tab (line breaks too: split lines first)
-    /// become `_`, and a
+    /// characters other than tab (line breaks too: split lines first; C1
+    /// ones in UTF-8, a byte each) become `_`, and a
     /// `{` that would make a third in a row, and so open a markup element,
     /// becomes `(`.
     ///

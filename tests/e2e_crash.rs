@@ -273,6 +273,24 @@ fn every_handled_signal_gives_one_whole_report_and_the_original_death() {
     }
 }
 
+/// x86_64 only: AArch64 has no general-protection fault (a non-canonical
+/// address is a translation fault with an address).
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn a_general_protection_fault_names_no_fault_address() {
+    let out = run_example("crash", &["gp"]);
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{text}");
+    let r = reports(&text);
+    assert_eq!(r.len(), 1, "{text}");
+    assert!(
+        r[0][0].contains("code 128, no fault address (SI_KERNEL"),
+        "{}",
+        r[0][0]
+    );
+    assert!(r[0].iter().any(|l| l.starts_with("{{{bt:0:")), "{text}");
+}
+
 #[test]
 fn a_stack_pointer_in_the_gap_the_stack_cannot_grow_into_still_gives_a_whole_report() {
     // The main thread's registered bounds reach down to a mapping below the

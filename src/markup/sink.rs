@@ -12,7 +12,8 @@ pub trait Sink {
 }
 
 /// A sink over a fixed byte buffer; what does not fit is dropped and
-/// reported by [`SliceSink::truncated`].
+/// reported by [`SliceSink::truncated`]. [`SliceSink::complete_lines`]
+/// leaves out a line cut short, which could end inside a markup element.
 ///
 /// ```
 /// use stackmark::markup::{Sink, SliceSink};
@@ -26,6 +27,8 @@ pub trait Sink {
 pub struct SliceSink<'a> {
     buf: &'a mut [u8],
     len: usize,
+    /// Where the last line that fit whole ends.
+    lines: usize,
     truncated: bool,
 }
 
@@ -35,6 +38,7 @@ impl<'a> SliceSink<'a> {
         SliceSink {
             buf,
             len: 0,
+            lines: 0,
             truncated: false,
         }
     }
@@ -42,6 +46,24 @@ impl<'a> SliceSink<'a> {
     /// What was written (all of it, unless [`SliceSink::truncated`]).
     pub fn as_bytes(&self) -> &[u8] {
         &self.buf[..self.len]
+    }
+
+    /// What was written, less a line the buffer cut short: all of it
+    /// unless [`SliceSink::truncated`], else every line that fit whole
+    /// (lines end at each [`Sink::flush`], which [`Markup`] calls at every
+    /// line's end).
+    ///
+    /// [`Markup`]: super::Markup
+    ///
+    /// ```
+    /// use stackmark::markup::{Markup, SliceSink};
+    /// let mut buf = [0u8; 24];
+    /// let mut sink = SliceSink::new(&mut buf);
+    /// Markup::new(&mut sink).reset().text("{{{bt:0:0x1234:ra}}}").newline();
+    /// assert_eq!(sink.complete_lines(), b"{{{reset}}}\n");
+    /// ```
+    pub fn complete_lines(&self) -> &[u8] {
+        &self.buf[..if self.truncated { self.lines } else { self.len }]
     }
 
     /// Whether some output did not fit and was dropped.
@@ -58,11 +80,18 @@ impl Sink for SliceSink<'_> {
         self.len += n;
         self.truncated |= n < bytes.len();
     }
+
+    fn flush(&mut self) {
+        if !self.truncated {
+            self.lines = self.len;
+        }
+    }
 }
 
-/// Bytes an [`FdSink`] buffers: more than any line the writer makes (a
-/// module line is at most about 300 bytes), so each line leaves in one
-/// `write(2)`.
+/// Bytes an [`FdSink`] buffers: more than the lines of a backtrace take
+/// (a module line is at most about 300 bytes), so each leaves in one
+/// `write(2)`. Free text can make a longer line (a panic message, a thread
+/// name, a file path), which leaves in several.
 pub const FD_SINK_BUFFER: usize = 1024;
 
 /// A sink that writes to a file descriptor with `write(2)`.

@@ -118,6 +118,62 @@ fn module_names_lose_colons_braces_and_control_characters() {
 }
 
 #[test]
+fn c1_control_characters_in_utf8_are_replaced_like_ascii_ones() {
+    // U+009B (CSI) and U+0085 (NEL), each two bytes in UTF-8; U+00A0 and
+    // U+00E9 are printable and stay. A C1 character split across the
+    // writer's 64-byte chunks is caught too.
+    let text = "x\u{9b}31mRED\u{85}y \u{a0}\u{e9}";
+    let want = "x__31mRED__y \u{a0}\u{e9}";
+    assert_eq!(
+        render(|m| {
+            m.free_text(text.as_bytes());
+        }),
+        want
+    );
+    assert_eq!(
+        render(|m| {
+            m.sanitized(text.as_bytes());
+        }),
+        want
+    );
+    let long = format!("{}\u{9b}2J", "a".repeat(63));
+    let got = render(|m| {
+        m.free_text(long.as_bytes());
+    });
+    assert_eq!(got, format!("{}__2J", "a".repeat(63)));
+    // A lone continuation byte or a lead at the end is left as it is.
+    let odd = [b'a', 0x9b, b'b', 0xc2];
+    let mut buf = [0u8; 8];
+    let mut sink = SliceSink::new(&mut buf);
+    Markup::new(&mut sink).sanitized(&odd);
+    assert_eq!(sink.as_bytes(), odd);
+}
+
+#[test]
+fn a_full_slice_sink_offers_the_lines_that_fit_whole() {
+    let libs = [lib(b"/lib/a.so", &[0xab; 20], 0x7f00_0000_0000)];
+    let mut full = [0u8; 4096];
+    let mut sink = SliceSink::new(&mut full);
+    Markup::new(&mut sink).context(&libs, &[], Scope::AllModules);
+    let whole = sink.as_bytes().to_vec();
+    assert_eq!(sink.complete_lines(), &whole[..]);
+    // Every cut point: what is offered is a prefix of whole lines.
+    for size in 0..whole.len() {
+        let mut buf = vec![0u8; size];
+        let mut sink = SliceSink::new(&mut buf);
+        Markup::new(&mut sink).context(&libs, &[], Scope::AllModules);
+        let lines = sink.complete_lines();
+        assert!(sink.truncated());
+        assert!(whole.starts_with(lines));
+        assert!(lines.is_empty() || lines.ends_with(b"\n"), "{size}");
+        assert!(
+            size - lines.len() < 128,
+            "{size}: only the last line is left out"
+        );
+    }
+}
+
+#[test]
 fn a_long_name_is_sanitised_across_its_whole_length() {
     // Longer than the 64-byte chunks the sanitiser works in.
     let name: &'static [u8] = b"/a:".repeat(50).leak();
