@@ -556,14 +556,20 @@ fn handle_crash(sig: c_int, info: *mut libc::siginfo_t, uc: *mut c_void) {
     }
     OWNER.store(0, SeqCst);
     PENDING.fetch_sub(1, SeqCst);
-    // Let other crashing threads finish their reports before the process
-    // dies, but never wait forever.
-    // Threads crashing "at the same time" may not have entered the handler
-    // yet (two cores, eight threads): wait until none has been pending for
-    // 20 ms, for 2 s at most.
+    wait_for_other_reports(&PENDING, &OWNER);
+    restore_and_reraise(sig, info);
+}
+
+/// Lets other threads finish their reports before the process dies, but
+/// never waits forever. Threads crashing "at the same time" may not have
+/// entered the handler yet (two cores, eight threads), and a panic report
+/// may have taken the turn (`owner`) as this one released it, which no
+/// crash counts in `pending`: waits until for 20 ms no crash has been
+/// pending and no report under way, for 2 s at most.
+fn wait_for_other_reports(pending: &AtomicUsize, owner: &AtomicI32) {
     let mut quiet = 0;
     for _ in 0..2000 {
-        quiet = if PENDING.load(SeqCst) == 0 {
+        quiet = if pending.load(SeqCst) == 0 && owner.load(SeqCst) == 0 {
             quiet + 1
         } else {
             0
@@ -573,7 +579,6 @@ fn handle_crash(sig: c_int, info: *mut libc::siginfo_t, uc: *mut c_void) {
         }
         sleep_ms(1);
     }
-    restore_and_reraise(sig, info);
 }
 
 /// What a siginfo with a given `si_code` describes.
@@ -704,7 +709,13 @@ unsafe fn report(
         Some(table) => {
             // SAFETY: `uc` is the kernel's ucontext_t.
             let regs = unsafe { crate::os::regs_from_ucontext(uc) };
-            let (n, more) = crate::live::walk_for_report(regs, true, frames);
+            // After x86_64's `int3` the pc is already past it, like a
+            // return address: frame 0 is looked up one byte back, in the
+            // function the breakpoint is in, and written as `:ra`.
+            let past = cfg!(target_arch = "x86_64")
+                && sig == libc::SIGTRAP
+                && kernel_without_address(code);
+            let (n, more) = crate::live::walk_for_report(regs, !past, frames);
             m.backtrace(table.modules(), &frames[..n], Scope::TraceModules);
             (n, more)
         }
@@ -720,6 +731,23 @@ unsafe fn report(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_crash_waits_for_a_report_that_took_the_turn_after_it() {
+        // A panic report took the turn as the crash's own report ended;
+        // no crash is pending. The crash must not end the process under it.
+        let (pending, owner) = (AtomicUsize::new(0), AtomicI32::new(7));
+        let done = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                sleep_ms(150);
+                done.store(true, SeqCst);
+                owner.store(0, SeqCst);
+            });
+            wait_for_other_reports(&pending, &owner);
+            assert!(done.load(SeqCst), "the process would die mid-report");
+        });
+    }
 
     #[test]
     fn only_faults_that_run_their_instruction_again_are_left_to_recur() {

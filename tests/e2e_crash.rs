@@ -270,6 +270,12 @@ fn every_handled_signal_gives_one_whole_report_and_the_original_death() {
         if let Some(origin) = origin {
             assert!(r[0][0].contains(origin), "{mode}: {}", r[0][0]);
         }
+        // Frame 0 is the faulting instruction (`:pc`), except after
+        // x86_64's `int3`, whose pc is already past it (`:ra`).
+        let bt0 = r[0].iter().find(|l| l.starts_with("{{{bt:0:")).unwrap();
+        let past = cfg!(target_arch = "x86_64") && mode == "trap";
+        let kind = if past { ":ra}}}" } else { ":pc}}}" };
+        assert!(bt0.contains(kind), "{mode}: {bt0}");
     }
 }
 
