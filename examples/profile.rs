@@ -164,11 +164,23 @@ fn main() {
     out.write_all(&context).unwrap();
     let mut stacks: Vec<_> = folded.into_iter().collect();
     stacks.sort_by_key(|s| std::cmp::Reverse(s.1));
+    // A pc no module of the context covers (code made at run time, or in a
+    // module without a build ID) is plain text: the filter rejects a pc
+    // element with no mmap to resolve it against.
+    let covered = |pc: u64| {
+        table
+            .module_for_addr(pc)
+            .is_some_and(|m| !m.build_id().is_empty())
+    };
     for (pcs, count) in &stacks {
         let mut line = String::new();
         for (i, (pc, precise)) in pcs.iter().enumerate().rev() {
             let kind = if *precise { "pc" } else { "ra" };
-            line.push_str(&format!("{{{{{{pc:{pc:#018x}:{kind}}}}}}}"));
+            if covered(pc.wrapping_sub(u64::from(!*precise))) {
+                line.push_str(&format!("{{{{{{pc:{pc:#018x}:{kind}}}}}}}"));
+            } else {
+                line.push_str(&format!("{pc:#x}"));
+            }
             line.push(if i == 0 { ' ' } else { ';' });
         }
         writeln!(out, "{line}{count}").unwrap();
