@@ -278,8 +278,8 @@ fn period(hz: u32) -> std::io::Result<core::time::Duration> {
     ))
 }
 
-/// Installs the SIGPROF handler and readies the ring, building the module
-/// table first if needed.
+/// Installs the SIGPROF handler and, the first time, readies the ring and
+/// refreshes the module table (building it first if needed).
 fn install() -> std::io::Result<()> {
     if crate::modules::current().is_none() {
         let _ = crate::init();
@@ -295,9 +295,16 @@ fn install() -> std::io::Result<()> {
         }
     }
     ready_for_fork();
-    // The handler's trampoline is known now: let walks cross it.
-    let _ = crate::refresh();
-    prefault_ring();
+    // The handler's trampoline is known now: let walks cross it. Once: a
+    // refresh per timer started would cost every new thread of a profiled
+    // program a rebuild of the table (and fail while a thread holds one).
+    static READY: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+    if !READY.load(SeqCst) {
+        if crate::refresh().is_ok() {
+            READY.store(true, SeqCst);
+        }
+        prefault_ring();
+    }
     Ok(())
 }
 

@@ -160,3 +160,22 @@ fn thread_timer_periods_merged_into_a_pending_signal_are_counted_as_missed() {
         "{missed} missed in {elapsed_ms} ms"
     );
 }
+
+#[test]
+fn starting_a_timer_on_each_thread_rebuilds_the_module_table_once_at_most() {
+    let _t = turn();
+    stackmark::init().unwrap();
+    let first = ThreadTimer::start(100).unwrap();
+    let generation = stackmark::modules::current().unwrap().generation();
+    // Every new thread of a profiled program starts its own timer: none of
+    // them rebuilds the table again.
+    for _ in 0..3 {
+        std::thread::spawn(|| drop(ThreadTimer::start(100).unwrap()))
+            .join()
+            .unwrap();
+    }
+    drop(ThreadTimer::start(100).unwrap());
+    let now = stackmark::modules::current().unwrap().generation();
+    drop(first);
+    assert_eq!(now, generation);
+}
