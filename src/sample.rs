@@ -211,18 +211,27 @@ struct TimerInfo {
     _pad: c_int,
     timer_id: c_int,
     overrun: c_int,
+    /// The timer's `sigev_value`.
+    value: usize,
 }
 
-/// How many expirations of the timer that sent `info` gave no signal of
-/// their own (0 for any other signal).
+const _: () = assert!(core::mem::offset_of!(TimerInfo, value) == 24);
+
+/// What a [`ThreadTimer`] puts in its signals' value: the address of this
+/// static, which no other timer of the program has reason to name.
+static OURS: u8 = 0;
+
+/// How many expirations of the [`ThreadTimer`] that sent `info` gave no
+/// signal of their own (0 for any other signal, another timer's too).
 ///
 /// # Safety
 /// `info` must be the kernel's siginfo for this handler.
 unsafe fn timer_overrun(info: *const libc::siginfo_t) -> u64 {
     // SAFETY: the kernel's siginfo is 128 bytes, of which the timer
-    // fields are the first 24; they hold the overrun only for SI_TIMER.
+    // fields are the first 32; they hold the overrun and value only for
+    // SI_TIMER.
     let t = unsafe { &*(info as *const TimerInfo) };
-    if t.code == SI_TIMER {
+    if t.code == SI_TIMER && t.value == &OURS as *const u8 as usize {
         t.overrun.max(0) as u64
     } else {
         0
@@ -392,6 +401,9 @@ impl ThreadTimer {
         ev.sigev_notify = libc::SIGEV_THREAD_ID;
         ev.sigev_signo = libc::SIGPROF;
         ev.sigev_notify_thread_id = crate::crash::gettid();
+        ev.sigev_value = libc::sigval {
+            sival_ptr: &OURS as *const u8 as *mut c_void,
+        };
         let mut id: libc::timer_t = core::ptr::null_mut();
         // SAFETY: valid sigevent and out-pointer.
         if unsafe { libc::timer_create(libc::CLOCK_MONOTONIC, &mut ev, &mut id) } != 0 {

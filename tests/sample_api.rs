@@ -179,3 +179,50 @@ fn starting_a_timer_on_each_thread_rebuilds_the_module_table_once_at_most() {
     drop(first);
     assert_eq!(now, generation);
 }
+
+#[test]
+fn another_timers_merged_periods_are_not_counted_as_missed() {
+    let _t = turn();
+    stackmark::init().unwrap();
+    // The handler is installed (by a thread timer started and stopped).
+    drop(ThreadTimer::start(100).unwrap());
+    let before = sample::stats();
+    std::thread::spawn(|| {
+        // The program's own POSIX timer on SIGPROF, to this thread, with the
+        // signal blocked for 100 periods or more: its overrun is not ours.
+        block_sigprof(libc::SIG_BLOCK);
+        // SAFETY: a zeroed sigevent naming SIGPROF and this thread; a
+        // timer id to fill.
+        let id = unsafe {
+            let mut ev: libc::sigevent = std::mem::zeroed();
+            ev.sigev_notify = libc::SIGEV_THREAD_ID;
+            ev.sigev_signo = libc::SIGPROF;
+            ev.sigev_notify_thread_id = libc::syscall(libc::SYS_gettid) as i32;
+            let mut id: libc::timer_t = std::ptr::null_mut();
+            assert_eq!(
+                libc::timer_create(libc::CLOCK_MONOTONIC, &mut ev, &mut id),
+                0
+            );
+            let ms = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 1_000_000,
+            };
+            let spec = libc::itimerspec {
+                it_interval: ms,
+                it_value: ms,
+            };
+            assert_eq!(libc::timer_settime(id, 0, &spec, std::ptr::null_mut()), 0);
+            id
+        };
+        std::thread::sleep(Duration::from_millis(100));
+        block_sigprof(libc::SIG_UNBLOCK);
+        // SAFETY: the timer made above.
+        unsafe { libc::timer_delete(id) };
+    })
+    .join()
+    .unwrap();
+    sample::drain(|_| {});
+    let after = sample::stats();
+    assert!(after.taken > before.taken, "its signal was still sampled");
+    assert_eq!(after.missed, before.missed);
+}
