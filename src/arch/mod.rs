@@ -142,6 +142,19 @@ pub(crate) fn apply_offset(base: u64, off: i32) -> u64 {
     base.wrapping_add(off as i64 as u64)
 }
 
+/// The registers a FLEX row may name in a frame, by DWARF number, read
+/// through `reg`: all of them where `known` (frame 0, and the frame right
+/// after a signal frame), else only the stack and frame pointers
+/// (`sp_fp`). SFrame says nothing of where callees saved the others, so
+/// above those frames the register set holds some callee's values.
+pub(crate) fn frame_registers(
+    known: bool,
+    sp_fp: [u16; 2],
+    reg: impl Fn(u16) -> Option<u64>,
+) -> impl Fn(u16) -> Option<u64> {
+    move |n| (known || sp_fp.contains(&n)).then(|| reg(n)).flatten()
+}
+
 /// What an SFrame row yields for the caller.
 pub(crate) struct RowValues {
     /// The CFA: the caller's stack pointer.

@@ -2,7 +2,7 @@
 
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use super::{eval_row, read, Arch, StepError};
+use super::{eval_row, frame_registers, read, Arch, StepError};
 use crate::formats::sframe::{RegRule, Row};
 use crate::memory::MemoryReader;
 
@@ -158,12 +158,7 @@ impl Arch for Aarch64 {
             // its return address in x30; anywhere else x30 is the callee's.
             return Err(StepError::Invalid);
         }
-        // Above the first frame only sp and fp are this frame's own.
-        let reg = |n| match n {
-            29 | 31 => r.dwarf(n),
-            _ if ra_in_register_ok => r.dwarf(n),
-            _ => None,
-        };
+        let reg = frame_registers(ra_in_register_ok, [31, 29], |n| r.dwarf(n));
         let v = eval_row(row, r.sp, r.fp, r.lr, reg, mem)?;
         let pc = if row.mangled_ra || row.ra == RegRule::SameValue {
             strip_pac(v.ra)

@@ -1,6 +1,6 @@
 //! x86_64 (AMD64): registers, capture and unwind rules.
 
-use super::{eval_row, read, Arch, StepError};
+use super::{eval_row, frame_registers, read, Arch, StepError};
 use crate::formats::sframe::{RegRule, Row};
 use crate::memory::MemoryReader;
 
@@ -92,18 +92,13 @@ impl Arch for X86_64 {
         row: &Row,
         r: &Regs,
         mem: &M,
-        registers_known: bool,
+        ra_in_register_ok: bool,
     ) -> Result<Regs, StepError> {
         // x86_64 never keeps the return address in a register across a call.
         if row.ra == RegRule::SameValue {
             return Err(StepError::Invalid);
         }
-        // Above the first frame only rsp and rbp are this frame's own.
-        let reg = |n| match n {
-            6 | 7 => r.dwarf(n),
-            _ if registers_known => r.dwarf(n),
-            _ => None,
-        };
+        let reg = frame_registers(ra_in_register_ok, [7, 6], |n| r.dwarf(n));
         let v = eval_row(row, r.rsp, r.rbp, 0, reg, mem)?;
         Ok(Regs {
             rip: v.ra,
