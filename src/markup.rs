@@ -288,18 +288,21 @@ impl<'s, S: Sink> Markup<'s, S> {
     /// ASCII ones (U+009B opens an escape sequence, U+0085 breaks a line),
     /// become `__` first.
     fn mapped(&mut self, b: &[u8], mut f: impl FnMut(u8) -> u8) -> &mut Self {
-        let c1_at = |i: usize| b[i] == 0xc2 && matches!(b.get(i + 1), Some(0x80..=0x9f));
-        let mut in_c1 = false;
-        for (k, chunk) in b.chunks(64).enumerate() {
-            let mut out = [0u8; 64];
-            for (j, (o, &c)) in out.iter_mut().zip(chunk).enumerate() {
-                let c1 = core::mem::replace(&mut in_c1, false) || {
-                    in_c1 = c1_at(k * 64 + j);
-                    in_c1
-                };
-                *o = f(if c1 { b'_' } else { c });
+        let (mut out, mut n) = ([0u8; 64], 0);
+        // Whether the byte before began a C1 character: this one ends it.
+        let mut c1_lead = false;
+        for (i, &c) in b.iter().enumerate() {
+            let lead = !c1_lead && c == 0xc2 && matches!(b.get(i + 1), Some(0x80..=0x9f));
+            let c1 = core::mem::replace(&mut c1_lead, lead) || lead;
+            out[n] = f(if c1 { b'_' } else { c });
+            n += 1;
+            if n == out.len() {
+                self.sink.write(&out);
+                n = 0;
             }
-            self.sink.write(&out[..chunk.len()]);
+        }
+        if n > 0 {
+            self.sink.write(&out[..n]);
         }
         self
     }
