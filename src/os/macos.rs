@@ -216,6 +216,16 @@ fn push(table: &mut Table, old: &Table, m: Module) {
     table.push_or_release(m, old, |m| release_copy(m.sframe_copy));
 }
 
+/// Carries `old`'s modules over into `new`, but that of the image whose
+/// header is at `except`, and its count of modules left out.
+fn carry_over(new: &mut Table, old: &Table, except: Option<u64>) {
+    let kept = |m: &&Module| !except.is_some_and(|mh| is_image(m, mh));
+    for m in old.modules().iter().filter(kept) {
+        push(new, old, *m);
+    }
+    new.count_dropped(old.dropped_modules());
+}
+
 /// Whether module `m` is the image whose `mach_header` is at `mh`.
 fn is_image(m: &Module, mh: u64) -> bool {
     m.compact.is_some_and(|(_, base)| base == mh) || m.contains(mh)
@@ -324,9 +334,7 @@ pub fn refresh() -> Result<u64, RefreshError> {
                     // name may be freed already. Keep the table as it is
                     // and read the list again.
                     stale = true;
-                    for m in old.modules() {
-                        push(new, old, *m);
-                    }
+                    carry_over(new, old, None);
                     return;
                 }
                 for im in &images[..n] {
@@ -394,13 +402,10 @@ extern "C" fn on_add_image(mh: *const c_void, _slide: isize) {
     let name = name_bytes(image_name(mh));
     let _ = modules::refresh_with(
         |new, old| {
-            for m in old.modules().iter().filter(|m| !is_image(m, mh)) {
-                push(new, old, *m);
-            }
+            carry_over(new, old, Some(mh));
             if let Some(m) = image_module(mh, name, old) {
                 push(new, old, m);
             }
-            new.count_dropped(old.dropped_modules());
         },
         |m| release_copy(m.sframe_copy),
     );
@@ -415,12 +420,7 @@ extern "C" fn on_remove_image(mh: *const c_void, _slide: isize) {
     REMOVED.insert(mh);
     CHANGES.fetch_add(1, SeqCst);
     let _ = modules::refresh_with(
-        |new, old| {
-            for m in old.modules().iter().filter(|m| !is_image(m, mh)) {
-                push(new, old, *m);
-            }
-            new.count_dropped(old.dropped_modules());
-        },
+        |new, old| carry_over(new, old, Some(mh)),
         |m| release_copy(m.sframe_copy),
     );
 }
