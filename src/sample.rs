@@ -16,7 +16,7 @@
 
 use core::cell::UnsafeCell;
 use core::ffi::{c_int, c_void};
-use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering::*};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 
 use crate::walk::Frame;
 
@@ -307,7 +307,7 @@ fn install() -> std::io::Result<()> {
     // The handler's trampoline is known now: let walks cross it. Once: a
     // refresh per timer started would cost every new thread of a profiled
     // program a rebuild of the table (and fail while a thread holds one).
-    static READY: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+    static READY: AtomicBool = AtomicBool::new(false);
     if !READY.load(SeqCst) {
         if crate::refresh().is_ok() {
             READY.store(true, SeqCst);
@@ -321,7 +321,7 @@ fn install() -> std::io::Result<()> {
 /// [`crate::init`] and whatever starts the SIGPROF handler, so that a
 /// handler of the program's own that calls [`record`] is covered too.
 pub(crate) fn ready_for_fork() {
-    static AT_FORK: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+    static AT_FORK: AtomicBool = AtomicBool::new(false);
     crate::os::once_in_fork_child(&AT_FORK, forget_samples_in_child);
 }
 
