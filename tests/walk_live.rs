@@ -282,8 +282,8 @@ fn walks_through_a_restorer_placed_right_after_a_function_with_a_row() {
     let before = fx::sm_row_before_restorer as *const () as u64;
     // SAFETY: a leaf of the fixtures that returns 0.
     assert_eq!(unsafe { fx::sm_row_before_restorer() }, 0);
-    // The guard is dropped at the end of the statement: the refresh below
-    // waits for every table guard.
+    // The guard is dropped at the end of the statement: held across the
+    // refreshes below, it would make the second fail (`InitError::InUse`).
     match stackmark::modules::current().unwrap().lookup(restorer - 1) {
         Lookup::SFrame(row) => assert_eq!(
             (row.func_start, row.func_start + u64::from(row.func_size)),
