@@ -1,5 +1,7 @@
 //! Where markup goes: a fixed buffer or a file descriptor.
 
+use core::sync::atomic::{AtomicI32, Ordering::Relaxed};
+
 /// Where markup goes.
 ///
 /// [`Markup`](super::Markup) calls [`Sink::flush`] at the end of every
@@ -103,8 +105,11 @@ pub const FD_SINK_BUFFER: usize = 1024;
 /// (`EINTR`) and partial writes are retried, and a full non-blocking
 /// descriptor (`EAGAIN`) is waited on with `poll(2)`, up to
 /// [`FD_SINK_WAIT_MS`] each time; any other failure stops the output and is
-/// reported by [`FdSink::failed`]. Async-signal-safe; the buffer is flushed
-/// on drop.
+/// reported by [`FdSink::failed`]. If a failure leaves part of a line on
+/// the descriptor, the next `FdSink` on the same descriptor number in the
+/// process starts with a newline, so its first line (a report's
+/// `{{{reset}}}`) is not glued to the fragment. Async-signal-safe; the
+/// buffer is flushed on drop.
 ///
 /// ```
 /// use std::os::fd::AsRawFd;
@@ -119,8 +124,12 @@ pub struct FdSink {
     fd: i32,
     buf: [u8; FD_SINK_BUFFER],
     len: usize,
-    failed: bool,
+    state: SendState,
 }
+
+/// The descriptor whose last output a failure cut mid-line (-1: none).
+/// A process-wide atomic because each report makes its own sink.
+static CUT_MID_LINE: AtomicI32 = AtomicI32::new(-1);
 
 impl FdSink {
     /// A sink writing to `fd` (which it does not close).
@@ -129,39 +138,41 @@ impl FdSink {
             fd,
             buf: [0; FD_SINK_BUFFER],
             len: 0,
-            failed: false,
+            state: SendState::default(),
         }
     }
 
     /// Whether a write failed (the output is incomplete).
     pub fn failed(&self) -> bool {
-        self.failed
+        self.state.failed
     }
 }
 
-/// Writes all of `bytes` to `fd`; `false` if a write failed.
-fn write_all(fd: i32, mut bytes: &[u8]) -> bool {
-    while !bytes.is_empty() {
-        // SAFETY: `bytes` is a valid slice for its length; write(2) is
+/// Writes all of `bytes` to `fd`; on failure, how many bytes went out
+/// before it.
+fn write_all(fd: i32, bytes: &[u8]) -> Result<(), usize> {
+    let mut sent = 0;
+    while let Some(rest) = bytes.get(sent..).filter(|r| !r.is_empty()) {
+        // SAFETY: `rest` is a valid slice for its length; write(2) is
         // async-signal-safe.
-        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+        let n = unsafe { libc::write(fd, rest.as_ptr().cast(), rest.len()) };
         if n > 0 {
             // write(2) never reports more than it was given.
-            bytes = bytes.get(n as usize..).unwrap_or_default();
+            sent += (n as usize).min(rest.len());
         } else if n < 0 {
             match std::io::Error::last_os_error().raw_os_error() {
                 Some(libc::EINTR) => continue,
                 Some(e) if (e == libc::EAGAIN || e == libc::EWOULDBLOCK) && writable(fd) => {
                     continue
                 }
-                _ => return false,
+                _ => return Err(sent),
             }
         } else {
             // 0 (nothing accepted) would loop forever; other errors are final.
-            return false;
+            return Err(sent);
         }
     }
-    true
+    Ok(())
 }
 
 /// How long a write to a non-blocking descriptor that is full (`EAGAIN`)
@@ -187,20 +198,20 @@ fn writable(fd: i32) -> bool {
 
 impl FdSink {
     /// [`Sink::write`], handing what leaves the buffer to `emit` (which
-    /// says whether all of it was written).
-    fn write_with(&mut self, bytes: &[u8], mut emit: impl FnMut(&[u8]) -> bool) {
-        if self.failed {
+    /// writes all of it, or says how much went out before it failed).
+    fn write_with(&mut self, bytes: &[u8], mut emit: impl FnMut(&[u8]) -> Result<(), usize>) {
+        if self.state.failed {
             return;
         }
         if self.len + bytes.len() > self.buf.len() {
             self.flush_with(&mut emit);
             // Nothing after a gap: the output ends where it failed.
-            if self.failed {
+            if self.state.failed {
                 return;
             }
         }
         if bytes.len() > self.buf.len() {
-            self.failed |= !emit(bytes);
+            send(self.fd, &mut self.state, bytes, &mut emit);
         } else {
             self.buf[self.len..self.len + bytes.len()].copy_from_slice(bytes);
             self.len += bytes.len();
@@ -208,10 +219,45 @@ impl FdSink {
     }
 
     /// [`Sink::flush`] through `emit`.
-    fn flush_with(&mut self, mut emit: impl FnMut(&[u8]) -> bool) {
+    fn flush_with(&mut self, mut emit: impl FnMut(&[u8]) -> Result<(), usize>) {
         let len = core::mem::take(&mut self.len);
-        if !self.failed {
-            self.failed = !emit(&self.buf[..len]);
+        send(self.fd, &mut self.state, &self.buf[..len], &mut emit);
+    }
+}
+
+/// What an [`FdSink`] has sent so far.
+#[derive(Debug, Default)]
+struct SendState {
+    /// Whether anything has been handed to the descriptor yet.
+    started: bool,
+    /// Whether a write failed.
+    failed: bool,
+}
+
+/// Hands `bytes` for `fd` to `emit`, first ending a line an earlier
+/// sink's failure left cut on this descriptor, and noting a line this one
+/// leaves cut.
+fn send(
+    fd: i32,
+    state: &mut SendState,
+    bytes: &[u8],
+    emit: &mut impl FnMut(&[u8]) -> Result<(), usize>,
+) {
+    if state.failed || bytes.is_empty() {
+        return;
+    }
+    if !state.started {
+        state.started = true;
+        let cut = CUT_MID_LINE.compare_exchange(fd, -1, Relaxed, Relaxed);
+        if cut.is_ok() && emit(b"\n").is_err() {
+            state.failed = true;
+            return;
+        }
+    }
+    if let Err(sent) = emit(bytes) {
+        state.failed = true;
+        if sent > 0 && bytes[sent - 1] != b'\n' {
+            CUT_MID_LINE.store(fd, Relaxed);
         }
     }
 }
@@ -248,10 +294,10 @@ mod tests {
         let mut emit = |b: &[u8]| {
             calls += 1;
             if calls == 1 {
-                return false;
+                return Err(0);
             }
             written.push(b.to_vec());
-            true
+            Ok(())
         };
         let mut sink = FdSink::new(-1);
         sink.write_with(b"the start of a line", &mut emit);
@@ -261,5 +307,55 @@ mod tests {
         assert!(sink.failed());
         assert!(written.is_empty(), "{} writes after the gap", written.len());
         assert_eq!(calls, 1);
+    }
+
+    /// Writes `lines` through a sink on `fd` whose `emit` fails, after
+    /// `fail_after` bytes, at the call `fail_at` (0 for never); returns
+    /// every emitted piece.
+    fn report(fd: i32, lines: &[&[u8]], fail_at: usize, fail_after: usize) -> Vec<Vec<u8>> {
+        let mut emitted = Vec::new();
+        let mut emit = |b: &[u8]| {
+            emitted.push(b.to_vec());
+            if emitted.len() == fail_at {
+                *emitted.last_mut().unwrap() = b[..fail_after].to_vec();
+                return Err(fail_after);
+            }
+            Ok(())
+        };
+        let mut sink = FdSink::new(fd);
+        for line in lines {
+            sink.write_with(line, &mut emit);
+            sink.flush_with(&mut emit);
+        }
+        emitted
+    }
+
+    #[test]
+    fn a_line_cut_by_a_failure_is_ended_before_the_next_sinks_first_line() {
+        // Distinct made-up descriptors: the cut line is process-wide.
+        let (fd, other) = (-101, -102);
+        let cut = report(fd, &[b"{{{reset}}}\n", b"{{{bt:0:0x1234:ra}}}\n"], 2, 5);
+        assert_eq!(cut, [&b"{{{reset}}}\n"[..], b"{{{bt"]);
+        // Another descriptor is not affected.
+        assert_eq!(report(other, &[b"x\n"], 0, 0), [b"x\n"]);
+        // The next report on it starts on a line of its own, once.
+        let next = report(fd, &[b"{{{reset}}}\n"], 0, 0);
+        assert_eq!(next, [&b"\n"[..], b"{{{reset}}}\n"]);
+        assert_eq!(report(fd, &[b"{{{reset}}}\n"], 0, 0), [b"{{{reset}}}\n"]);
+    }
+
+    #[test]
+    fn a_failure_at_a_line_boundary_leaves_no_cut_line() {
+        let fd = -103;
+        // Nothing of the line went out.
+        report(fd, &[b"one\n", b"two\n"], 2, 0);
+        assert_eq!(report(fd, &[b"x\n"], 0, 0), [b"x\n"]);
+        // All of a line went out, then a longer one failed at once.
+        let long = [b'y'; FD_SINK_BUFFER + 1];
+        report(fd, &[b"one\n", &long], 2, 0);
+        assert_eq!(report(fd, &[b"x\n"], 0, 0), [b"x\n"]);
+        // Part of a buffer of lines went out, up to a line's end.
+        report(fd, &[b"one\ntwo\n"], 1, 4);
+        assert_eq!(report(fd, &[b"x\n"], 0, 0), [b"x\n"]);
     }
 }
