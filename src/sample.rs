@@ -125,16 +125,6 @@ static RING: Ring = Ring {
     handler_ns: AtomicU64::new(0),
 };
 
-fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime fills `ts`; async-signal-safe.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// Records one sample of the interrupted context `uc`. This is what the
 /// SIGPROF handler does; call it from a handler of your own to sample on
 /// another signal, after [`crate::init`] (which also readies the ring for
@@ -144,7 +134,7 @@ fn now_ns() -> u64 {
 /// `uc` must be the `ucontext_t` the kernel passed to an `SA_SIGINFO`
 /// handler.
 pub unsafe fn record(uc: *const c_void) {
-    let start = now_ns();
+    let start = crate::os::monotonic_ns();
     let mut frames = [Frame::default(); SAMPLE_DEPTH];
     // SAFETY: forwarded from the caller.
     let regs = unsafe { crate::regs_from_ucontext(uc) };
@@ -169,7 +159,7 @@ pub unsafe fn record(uc: *const c_void) {
         }
     }
     RING.handler_ns
-        .fetch_add(now_ns().saturating_sub(start), Relaxed);
+        .fetch_add(crate::os::monotonic_ns().saturating_sub(start), Relaxed);
 }
 
 /// Claims the next position of the ring: its slot and lap, or `None` when

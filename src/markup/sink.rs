@@ -176,20 +176,29 @@ fn write_all(fd: i32, bytes: &[u8]) -> Result<(), usize> {
 }
 
 /// How long a write to a non-blocking descriptor that is full (`EAGAIN`)
-/// waits for room before the output is given up.
+/// waits for room before the output is given up (signals that interrupt
+/// the wait do not restart it).
 pub const FD_SINK_WAIT_MS: i32 = 2000;
 
 /// Waits until `fd` takes more output (its reader caught up), for at most
-/// [`FD_SINK_WAIT_MS`]; `false` if it did not.
+/// [`FD_SINK_WAIT_MS`] in all, however often a signal interrupts the wait;
+/// `false` if it did not.
 fn writable(fd: i32) -> bool {
+    let deadline = crate::os::monotonic_ns() + FD_SINK_WAIT_MS as u64 * 1_000_000;
     let mut p = libc::pollfd {
         fd,
         events: libc::POLLOUT,
         revents: 0,
     };
     loop {
+        let left = deadline.saturating_sub(crate::os::monotonic_ns());
+        // Rounded up: poll(2) takes milliseconds, and 0 would not wait.
+        let ms = left.div_ceil(1_000_000) as i32;
+        if ms == 0 {
+            return false;
+        }
         // SAFETY: one valid pollfd; poll(2) is async-signal-safe.
-        let n = unsafe { libc::poll(&mut p, 1, FD_SINK_WAIT_MS) };
+        let n = unsafe { libc::poll(&mut p, 1, ms) };
         if n >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
             return n > 0 && p.revents & libc::POLLOUT != 0;
         }

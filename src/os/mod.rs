@@ -25,6 +25,19 @@ pub mod thread_table;
 pub use macho_image::macho_module;
 pub use stack::{current_altstack, LiveMemory};
 
+/// Nanoseconds on the monotonic clock, for timing and deadlines in
+/// signal handlers (`clock_gettime` is async-signal-safe; a wait counted
+/// in sleeps is cut short by every signal that interrupts a sleep).
+pub(crate) fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime fills `ts`; async-signal-safe.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// Runs `f` and puts the calling thread's `errno` back as it was before:
 /// for code in signal handlers, whose interrupted code may be between a
 /// failing call and its check of `errno`. Async-signal-safe.
