@@ -685,7 +685,7 @@ fn an_fd_sink_gives_up_on_a_full_pipe_even_when_signals_keep_interrupting_its_wa
     // nothing else in this test binary uses.
     unsafe {
         let mut sa: libc::sigaction = core::mem::zeroed();
-        sa.sa_sigaction = nothing as usize;
+        sa.sa_sigaction = nothing as *const () as usize;
         sa.sa_flags = libc::SA_SIGINFO;
         assert_eq!(libc::sigaction(libc::SIGURG, &sa, core::ptr::null_mut()), 0);
     }
