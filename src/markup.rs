@@ -19,8 +19,10 @@
 //!   covers the address the filter looks up (`pc`, or `pc - 1` for `:ra`),
 //!   since the filter reports an error for any other. A frame in a module
 //!   without a build ID is written as plain `#N ADDR NAME+OFFSET METHOD`
-//!   text instead (the offset is the module's link-time address, what
-//!   `addr2line -e NAME` takes), and a frame in no known module as
+//!   text instead (the offset is ADDR's link-time address in the module,
+//!   what `addr2line -e NAME` takes; for a return address, a frame other
+//!   than frame 0 and `signal` frames, give it OFFSET − 1 to name the call,
+//!   as the filter does for `:ra`), and a frame in no known module as
 //!   `#N ADDR ?? METHOD`;
 //! * context elements sit on lines of their own (the filter drops any other
 //!   text on such lines).
@@ -479,7 +481,9 @@ impl<'s, S: Sink> Markup<'s, S> {
     /// precise pc, `{{{bt:N:ADDR:ra}}} METHOD` for a return address. A
     /// frame in a module without a build ID becomes
     /// `#N ADDR NAME+OFFSET METHOD`, and one in no module `#N ADDR ?? METHOD`,
-    /// both plain text the symbolizer passes through.
+    /// both plain text the symbolizer passes through. OFFSET is ADDR's: when
+    /// the frame is not [`Frame::precise`], ADDR is a return address, and
+    /// OFFSET − 1 lies in the call.
     ///
     /// `modules` must be the slice the context was written for, so that a
     /// `bt` element is only written when an mmap covers it.
