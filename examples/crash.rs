@@ -137,9 +137,15 @@ fn main() {
             libc::sigaction(libc::SIGSEGV, &sa, std::ptr::null_mut());
         }
     }
+    if mode == "stdout-then-default" {
+        // A program sends reports to its log (here standard output); a
+        // library then makes sure a handler is in place, which must not
+        // take the reports back to standard error.
+        stackmark::crash::install_crash_handler_to_fd(1).expect("install the crash handler");
+    }
     stackmark::install_crash_handler().expect("install the crash handler");
     match mode.as_str() {
-        "segv" | "sigpipe-segv" => {
+        "segv" | "sigpipe-segv" | "stdout-then-default" => {
             black_box(rust_entry(7));
         }
         "gp" => {

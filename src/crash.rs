@@ -104,7 +104,7 @@ impl ReportTurn {
     /// Waits for the turn, for at most [`PANIC_WAIT_MS`]. A thread that
     /// holds it already (a panic inside its own report) goes on.
     pub(crate) fn take() -> ReportTurn {
-        ReportTurn(claim_turn(gettid(), PANIC_WAIT_MS) == Claim::Taken)
+        ReportTurn(claim_turn(&OWNER, gettid(), PANIC_WAIT_MS) == Claim::Taken)
     }
 }
 
@@ -120,18 +120,17 @@ enum Claim {
 }
 
 /// Waits for the report turn, polling every millisecond, for at most
-/// `max_ms` milliseconds. Async-signal-safe.
-fn claim_turn(tid: i32, max_ms: u32) -> Claim {
-    let mut waited = 0;
+/// `max_ms` milliseconds on the monotonic clock (a sleep a signal cuts
+/// short, as a sampled thread's timer does, counts only its time).
+/// Async-signal-safe.
+fn claim_turn(owner: &AtomicI32, tid: i32, max_ms: u32) -> Claim {
+    let deadline = crate::os::monotonic_ns() + u64::from(max_ms) * 1_000_000;
     loop {
-        match OWNER.compare_exchange(0, tid, SeqCst, SeqCst) {
+        match owner.compare_exchange(0, tid, SeqCst, SeqCst) {
             Ok(_) => return Claim::Taken,
             Err(owner) if owner == tid => return Claim::AlreadyMine,
-            Err(_) if waited >= max_ms => return Claim::TimedOut,
-            Err(_) => {
-                sleep_ms(1);
-                waited += 1;
-            }
+            Err(_) if crate::os::monotonic_ns() >= deadline => return Claim::TimedOut,
+            Err(_) => sleep_ms(1),
         }
     }
 }
@@ -166,8 +165,14 @@ pub fn corrupt_for_test() {
 /// Why the crash handler could not be installed.
 #[derive(Debug)]
 pub enum CrashError {
-    /// The module table could not be built.
+    /// The module table could not be built; nothing was installed.
     Init(crate::InitError),
+    /// The handlers are installed, but the module table could not be
+    /// rebuilt to learn the signal restorer they taught it (a walk guard
+    /// held across two refreshes, say). Reports still work, but may not
+    /// cross other handlers' signal frames; calling the install again
+    /// retries the rebuild.
+    Refresh(crate::InitError),
     /// A system call failed.
     Os(std::io::Error),
 }
@@ -176,6 +181,10 @@ impl core::fmt::Display for CrashError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             CrashError::Init(e) => write!(f, "building the module table: {e}"),
+            CrashError::Refresh(e) => write!(
+                f,
+                "the crash handler is installed, but rebuilding the module table failed: {e}"
+            ),
             CrashError::Os(e) => write!(f, "installing the crash handler: {e}"),
         }
     }
@@ -288,23 +297,56 @@ pub fn install_altstack() -> Result<(), CrashError> {
 }
 
 /// Installs the crash handler for [`CRASH_SIGNALS`], writing reports to
-/// standard error. Builds the module table first if needed and gives the
-/// calling thread an alternate signal stack. Idempotent.
+/// standard error, or to the descriptor an earlier
+/// [`install_crash_handler_to_fd`] chose (a library making sure the handler
+/// is in place does not take the reports from the program's log). Builds
+/// the module table first if needed and gives the calling thread an
+/// alternate signal stack. Idempotent.
+///
+/// [`CrashError::Refresh`] means the handlers are in place but the module
+/// table could not be rebuilt; calling again retries that.
 pub fn install_crash_handler() -> Result<(), CrashError> {
-    install_crash_handler_to_fd(2)
+    install(None)
 }
 
-/// Like [`install_crash_handler`], writing reports to `fd`.
+/// Like [`install_crash_handler`], writing reports to `fd` (from now on,
+/// also if the handler was installed already).
+///
+/// The crate does not own `fd`: it must stay open for the life of the
+/// process. Once it is closed, its number may be reused for another file or
+/// socket, and reports would be written there.
 pub fn install_crash_handler_to_fd(fd: c_int) -> Result<(), CrashError> {
-    FD.store(fd, SeqCst);
+    install(Some(fd))
+}
+
+/// Set once the handlers are installed and until a refresh after that
+/// succeeds: the table must learn glibc's restorer from them.
+static NEEDS_REFRESH: AtomicBool = AtomicBool::new(false);
+
+fn install(fd: Option<c_int>) -> Result<(), CrashError> {
+    if let Some(fd) = fd {
+        FD.store(fd, SeqCst);
+    }
     if crate::modules::current().is_none() {
         crate::init().map_err(CrashError::Init)?;
     }
     install_altstack()?;
     forget_reports_in_child();
-    if INSTALLED.swap(true, SeqCst) {
-        return Ok(());
+    if !INSTALLED.swap(true, SeqCst) {
+        install_handlers()?;
+        NEEDS_REFRESH.store(true, SeqCst);
     }
+    // Installing handlers taught glibc's restorer to the table; refresh so
+    // the walk recognises signal frames.
+    if NEEDS_REFRESH.load(SeqCst) {
+        crate::refresh().map_err(CrashError::Refresh)?;
+        NEEDS_REFRESH.store(false, SeqCst);
+    }
+    Ok(())
+}
+
+/// Installs [`on_crash`] for every crash signal, keeping the old actions.
+fn install_handlers() -> Result<(), CrashError> {
     // SAFETY: `previous` is filled before any of our handlers can run (each
     // signal's slot is written by the same sigaction call that installs it);
     // the new action is fully initialised.
@@ -328,9 +370,6 @@ pub fn install_crash_handler_to_fd(fd: c_int) -> Result<(), CrashError> {
             }
         }
     }
-    // Installing handlers taught glibc's restorer to the table; refresh so
-    // the walk recognises signal frames.
-    crate::refresh().map_err(CrashError::Init)?;
     Ok(())
 }
 
@@ -535,7 +574,7 @@ fn handle_crash(sig: c_int, info: *mut libc::siginfo_t, uc: *mut c_void) {
     // One report at a time. A thread that crashes inside its own report
     // does not wait for itself: it skips straight to the original action,
     // as does one behind a report that is stuck.
-    match claim_turn(tid, CRASH_WAIT_MS) {
+    match claim_turn(&OWNER, tid, CRASH_WAIT_MS) {
         Claim::Taken => {}
         Claim::AlreadyMine | Claim::TimedOut => {
             PENDING.fetch_sub(1, SeqCst);
@@ -567,14 +606,14 @@ fn handle_crash(sig: c_int, info: *mut libc::siginfo_t, uc: *mut c_void) {
 /// crash counts in `pending`: waits until for 20 ms no crash has been
 /// pending and no report under way, for 2 s at most.
 fn wait_for_other_reports(pending: &AtomicUsize, owner: &AtomicI32) {
-    let mut quiet = 0;
-    for _ in 0..2000 {
-        quiet = if pending.load(SeqCst) == 0 && owner.load(SeqCst) == 0 {
-            quiet + 1
-        } else {
-            0
-        };
-        if quiet >= 20 {
+    let start = crate::os::monotonic_ns();
+    let mut busy = start;
+    loop {
+        let now = crate::os::monotonic_ns();
+        if pending.load(SeqCst) != 0 || owner.load(SeqCst) != 0 {
+            busy = now;
+        }
+        if now - busy >= 20_000_000 || now - start >= 2_000_000_000 {
             break;
         }
         sleep_ms(1);
@@ -731,6 +770,40 @@ unsafe fn report(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_wait_for_the_turn_lasts_its_time_however_often_signals_cut_its_sleeps() {
+        // A sampled thread's timer cuts each 1 ms sleep short; counting
+        // sleeps made a 5 s wait some 0.5 s at 10 kHz, and reports mixed.
+        extern "C" fn nothing(_: i32, _: *mut libc::siginfo_t, _: *mut c_void) {}
+        // SAFETY: an empty handler without SA_RESTART, on a signal nothing
+        // else in this test binary sends to this thread.
+        unsafe {
+            let mut sa: libc::sigaction = core::mem::zeroed();
+            sa.sa_sigaction = nothing as *const () as usize;
+            sa.sa_flags = libc::SA_SIGINFO;
+            assert_eq!(libc::sigaction(libc::SIGURG, &sa, core::ptr::null_mut()), 0);
+        }
+        let owner = AtomicI32::new(-5);
+        // SAFETY: pthread_self has no preconditions.
+        let me = unsafe { libc::pthread_self() };
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(SeqCst) {
+                    // SAFETY: the test thread outlives this scope's threads.
+                    unsafe { libc::pthread_kill(me, libc::SIGURG) };
+                    std::thread::sleep(std::time::Duration::from_micros(100));
+                }
+            });
+            let start = std::time::Instant::now();
+            let claim = claim_turn(&owner, 1, 300);
+            let waited = start.elapsed();
+            stop.store(true, SeqCst);
+            assert_eq!(claim, Claim::TimedOut);
+            assert!(waited.as_millis() >= 300, "gave up after {waited:?}");
+        });
+    }
 
     #[test]
     fn a_crash_waits_for_a_report_that_took_the_turn_after_it() {

@@ -15,7 +15,9 @@ pub struct PanicHookOptions {
     /// Call the hook that was installed before (Rust's default prints the
     /// message again, and its own backtrace if `RUST_BACKTRACE` is set).
     pub chain_previous: bool,
-    /// The file descriptor the report goes to.
+    /// The file descriptor the report goes to. The crate does not own it:
+    /// it must stay open for the life of the process, or a report may go
+    /// to whatever file or socket reuses its number.
     pub fd: i32,
     /// Which modules the markup context describes.
     pub scope: Scope,

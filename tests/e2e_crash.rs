@@ -298,6 +298,18 @@ fn a_general_protection_fault_names_no_fault_address() {
 }
 
 #[test]
+fn a_later_install_without_a_descriptor_keeps_the_one_chosen_before() {
+    let out = run_example("crash", &["stdout-then-default"]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{stderr}");
+    assert_eq!(reports(&stdout).len(), 1, "{stdout}\n--\n{stderr}");
+    assert!(reports(&stderr).is_empty(), "{stderr}");
+}
+
+#[test]
 fn a_stack_pointer_in_the_gap_the_stack_cannot_grow_into_still_gives_a_whole_report() {
     // The main thread's registered bounds reach down to a mapping below the
     // stack; the kernel does not grow the stack into the gap above it, and

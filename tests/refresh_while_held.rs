@@ -214,3 +214,53 @@ fn a_refresh_never_undoes_a_handler_another_thread_installs_meanwhile() {
         "{lost} of {tries} handlers lost over {refreshes} refreshes"
     );
 }
+
+/// `install_crash_handler` while a guard pins the table a refresh would
+/// reuse: the handlers go in, the error says so, and the next install
+/// retries the refresh (it used to answer `Ok` without one).
+#[test]
+fn a_crash_handler_installed_while_the_table_is_held_says_so_and_refreshes_on_the_next_install() {
+    use stackmark::crash::{install_crash_handler, CrashError};
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        stackmark::init().unwrap();
+        let held = stackmark::modules::current().unwrap();
+        stackmark::refresh().unwrap();
+        let first = install_crash_handler();
+        let gen_held = stackmark::modules::current().unwrap().generation();
+        drop(held);
+        let second = install_crash_handler();
+        let gen_second = stackmark::modules::current().unwrap().generation();
+        let third = install_crash_handler();
+        let gen_third = stackmark::modules::current().unwrap().generation();
+        tx.send((first, gen_held, second, gen_second, third, gen_third))
+            .unwrap();
+    });
+    let (first, gen_held, second, gen_second, third, gen_third) =
+        rx.recv_timeout(Duration::from_secs(120)).unwrap();
+    assert!(
+        matches!(first, Err(CrashError::Refresh(InitError::InUse))),
+        "{first:?}"
+    );
+    // The handler is in place all the same.
+    // SAFETY: reads the current action into a zeroed sigaction.
+    let action = unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        assert_eq!(
+            libc::sigaction(libc::SIGSEGV, std::ptr::null(), &mut old),
+            0
+        );
+        old
+    };
+    assert_ne!(action.sa_sigaction, libc::SIG_DFL);
+    assert_ne!(action.sa_flags & libc::SA_SIGINFO, 0);
+    assert!(second.is_ok(), "{second:?}");
+    assert_eq!(
+        gen_second,
+        gen_held + 1,
+        "the second install did not refresh"
+    );
+    assert!(third.is_ok(), "{third:?}");
+    assert_eq!(gen_third, gen_second, "a third install refreshed again");
+}
