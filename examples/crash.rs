@@ -68,6 +68,18 @@ pub extern "C" fn write_through_null(x: u64) -> u64 {
     x + 1
 }
 
+/// Calls code at `addr`, where there is none: a call through a wild
+/// function pointer (a freed vtable, say). The report's frame 1 must be
+/// this function, which the frame pointer alone would skip.
+#[cfg(target_os = "linux")]
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn call_through_wild_pointer(addr: usize) -> u64 {
+    // SAFETY: none: this is the crash the mode exists for.
+    let f: extern "C" fn() -> u64 = unsafe { std::mem::transmute(addr) };
+    black_box(f()) + 1 // WILD-CALL-SITE
+}
+
 /// Called back by the C fixture.
 #[cfg(target_os = "linux")]
 #[no_mangle]
@@ -147,6 +159,9 @@ fn main() {
     match mode.as_str() {
         "segv" | "sigpipe-segv" | "stdout-then-default" => {
             black_box(rust_entry(7));
+        }
+        "wild-call" => {
+            black_box(call_through_wild_pointer(black_box(0x10)));
         }
         "gp" => {
             // x86_64: a non-canonical address faults as a general-protection

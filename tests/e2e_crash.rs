@@ -146,6 +146,29 @@ fn crash_report_symbolizes_to_the_call_chain_and_faulting_line() {
     );
 }
 
+#[test]
+fn a_call_through_a_wild_pointer_names_the_function_that_made_it() {
+    // pc 0x10 is in no module; the frame pointer still holds the caller's
+    // frame, so only the return address the call left names it.
+    let out = run_example("crash", &["wild-call"]);
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{text}");
+    assert!(
+        text.contains("#0 0x0000000000000010 ?? context\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("{{{bt:1:0x") && text.contains(":ra}}} entry"),
+        "{text}"
+    );
+    check_symbolized(
+        &out,
+        "crash",
+        &["call_through_wild_pointer", "crash::main"],
+        ("WILD-CALL-SITE", "examples/crash.rs"),
+    );
+}
+
 /// Where the example's entry point (`_start`) was loaded in the run whose
 /// report is `text`: its `e_entry`, placed by module 0's first mapping.
 fn entry_in_run(bin: &str, text: &str) -> u64 {

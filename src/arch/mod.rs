@@ -103,6 +103,13 @@ pub trait Arch: Copy + core::fmt::Debug {
     /// The machine code of the sigreturn trampoline, as it starts at its pc.
     const SIGRETURN_CODE: &'static [u8];
 
+    /// The caller's registers as a function's first instruction sees them:
+    /// the return address the call left at the stack pointer (x86_64) or in
+    /// the link register (AArch64). For a precise frame whose pc lies in no
+    /// known code, as after a call through a null or wild pointer, where the
+    /// frame pointer still holds the calling function's frame.
+    fn at_entry<M: MemoryReader>(regs: &Self::Regs, mem: &M) -> Result<Self::Regs, StepError>;
+
     /// The caller's registers when stack scanning found return address `ra`
     /// in the slot at `slot`: pc and sp are known, and `fp` is a guess at
     /// the caller's frame pointer (`None` keeps the current one).

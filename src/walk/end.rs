@@ -77,6 +77,7 @@ fn method_code(m: Method) -> u64 {
         Method::FramePointer => 3,
         Method::Scan => 4,
         Method::SignalFrame => 5,
+        Method::Entry => 6,
     }
 }
 

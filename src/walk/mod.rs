@@ -18,6 +18,12 @@ pub enum Method {
     /// Recovered from the `ucontext` a signal trampoline left on the stack; the
     /// pc is the exact interrupted instruction.
     SignalFrame,
+    /// The caller of a frame 0 (or signal-interrupted frame) whose pc lies in
+    /// no known code, as after a call through a null or wild pointer: the
+    /// return address the call left, at the stack pointer on x86_64 or in
+    /// the link register on AArch64, taken when it follows a call in known
+    /// code.
+    Entry,
 }
 
 impl Method {
@@ -30,6 +36,7 @@ impl Method {
             Method::FramePointer => "fp",
             Method::Scan => "scan",
             Method::SignalFrame => "signal",
+            Method::Entry => "entry",
         }
     }
 
@@ -728,6 +735,17 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
                     self.signal_frames += 1;
                     self.mem.enter_stack(A::sp(&next));
                     return Ok((next, Method::SignalFrame, true));
+                }
+            }
+        }
+        // A precise pc in no known code: most likely a call through a bad
+        // pointer, which ran no instruction of the callee. The frame pointer
+        // still holds the calling function's frame, so a frame-pointer step
+        // would skip that function, the one that made the bad call.
+        if matches!(lookup, Lookup::Outside) && ra_in_register_ok {
+            if let Ok(next) = A::at_entry(&regs, &self.mem) {
+                if self.after_call(A::pc(&next)) && self.accept_with(cur, &next, true) {
+                    return Ok((next, Method::Entry, false));
                 }
             }
         }

@@ -901,6 +901,74 @@ fn a_zero_word_under_a_first_frames_stray_frame_pointer_does_not_end_the_walk() 
 }
 
 #[test]
+fn x86_64_a_call_through_a_null_pointer_keeps_the_function_that_made_it() {
+    // F (frame record at STACK + 16, return address CODE + 0x205 into G)
+    // called through a null pointer: pc 0, and the call's return address
+    // CODE + 0x104 into F at [rsp]. A frame-pointer step from pc 0 went
+    // straight to G, leaving out F, the function with the bug.
+    let st = stack(&[CODE + 0x104, 0, STACK + 48, CODE + 0x205, 0, 0, 0, 0]);
+    for pc in [0, 0xdead_0000] {
+        let (frames, _) = walk::<X86_64>(x86(pc, STACK, STACK + 16), true, &st, Fake::x86());
+        let got: Vec<(u64, Method)> = frames.iter().map(|f| (f.pc, f.method)).collect();
+        assert_eq!(
+            got[..3.min(got.len())],
+            [
+                (pc, Method::Context),
+                (CODE + 0x104, Method::Entry),
+                (CODE + 0x205, Method::FramePointer)
+            ],
+            "{frames:x?}"
+        );
+        assert_eq!(frames[1].sp, STACK + 8);
+    }
+    // A word at [rsp] that follows no call is not taken for one.
+    let st = stack(&[CODE + 0x106, 0, STACK + 48, CODE + 0x205, 0, 0, 0, 0]);
+    let (frames, _) = walk::<X86_64>(x86(0, STACK, STACK + 16), true, &st, Fake::x86());
+    assert_eq!(
+        (frames[1].pc, frames[1].method),
+        (CODE + 0x205, Method::FramePointer)
+    );
+    // Only a precise frame's pc: a return address outside code is not a
+    // call's target.
+    let (frames, _) = walk::<X86_64>(x86(0, STACK, STACK + 16), false, &st, Fake::x86());
+    assert_ne!(frames.get(1).map(|f| f.method), Some(Method::Entry));
+}
+
+#[test]
+fn aarch64_a_call_through_a_null_pointer_keeps_the_function_that_made_it() {
+    // As on x86_64, with the return address in the link register.
+    let st = stack(&[0, 0, STACK + 48, CODE + 0x204, 0, 0, 0, 0]);
+    let (frames, _) = walk::<Aarch64>(
+        a64(0, STACK, STACK + 16, CODE + 0x104),
+        true,
+        &st,
+        Fake::a64(),
+    );
+    let got: Vec<(u64, Method)> = frames.iter().map(|f| (f.pc, f.method)).collect();
+    assert_eq!(
+        got[..3],
+        [
+            (0, Method::Context),
+            (CODE + 0x104, Method::Entry),
+            (CODE + 0x204, Method::FramePointer)
+        ],
+        "{frames:x?}"
+    );
+    assert_eq!(frames[1].sp, STACK);
+    // A link register that follows no call is left alone.
+    let (frames, _) = walk::<Aarch64>(
+        a64(0, STACK, STACK + 16, CODE + 0x106),
+        true,
+        &st,
+        Fake::a64(),
+    );
+    assert_eq!(
+        (frames[1].pc, frames[1].method),
+        (CODE + 0x204, Method::FramePointer)
+    );
+}
+
+#[test]
 fn regs_are_those_of_the_next_frame_to_be_returned() {
     let code = Fake::x86().row(CODE, CODE + 0x100, at_call());
     let st = stack(&[CODE + 0x55, 0]);

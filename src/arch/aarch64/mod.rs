@@ -228,6 +228,12 @@ impl Arch for Aarch64 {
         Self::ucontext_regs(sp, mem)
     }
 
+    /// `pc = strip(lr)`, `sp` unchanged: what `bl` or `blr` left.
+    fn at_entry<M: MemoryReader>(r: &Regs, _mem: &M) -> Result<Regs, StepError> {
+        let pc = strip_pac(r.lr);
+        Ok(Regs { pc, lr: pc, ..*r })
+    }
+
     /// `mov x8, #139; svc #0` (`rt_sigreturn`).
     const SIGRETURN_CODE: &'static [u8] = &[0x68, 0x11, 0x80, 0xd2, 0x01, 0x00, 0x00, 0xd4];
 

@@ -152,6 +152,15 @@ impl Arch for X86_64 {
         })
     }
 
+    /// `(rip, rsp) = (*rsp, rsp + 8)`: what `call` pushed.
+    fn at_entry<M: MemoryReader>(r: &Regs, mem: &M) -> Result<Regs, StepError> {
+        Ok(Regs {
+            rip: read(mem, r.rsp)?,
+            rsp: r.rsp.wrapping_add(8),
+            ..*r
+        })
+    }
+
     /// `mov $15, %rax; syscall` (`rt_sigreturn`).
     const SIGRETURN_CODE: &'static [u8] = &[0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05];
 
