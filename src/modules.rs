@@ -685,6 +685,12 @@ impl CodeMap for Table {
         self.is_trampoline(pc)
     }
 
+    fn known_trampoline_within(&self, pc: u64, span: u64) -> bool {
+        self.trampolines[..self.trampoline_count]
+            .iter()
+            .any(|&t| pc >= t && pc - t <= span)
+    }
+
     /// Outside any module (qemu-user's trampoline page, for one), the code
     /// itself, read with a checked copy. A pc in any module's segments, code
     /// or data, is none: stack words that point at statics cost no read.
@@ -967,6 +973,47 @@ mod tests {
         assert!(t.module_for_code(0x21800).is_none(), "c's data");
         assert_eq!(t.code_range(0x20010), Some((0x20000, 0x21000)));
         assert_eq!(t.code_range(0x8010), Some((0x8000, 0x9000)));
+    }
+
+    #[test]
+    fn a_pc_within_a_span_after_a_trampoline_is_found_in_one_pass_as_one_by_one() {
+        use crate::walk::CodeMap;
+        let mut t = Box::new(Table::EMPTY);
+        for pc in [0x5000, 0x9000, u64::MAX - 2] {
+            t.add_trampoline(pc);
+        }
+        // The trait's default asks about each address in turn.
+        struct OneByOne<'a>(&'a Table);
+        impl CodeMap for OneByOne<'_> {
+            fn lookup(&self, _: u64) -> crate::walk::Lookup {
+                crate::walk::Lookup::Outside
+            }
+            fn is_code(&self, _: u64) -> bool {
+                false
+            }
+            fn read_code(&self, _: u64, _: &mut [u8]) -> bool {
+                false
+            }
+            fn is_known_trampoline(&self, pc: u64) -> bool {
+                self.0.is_trampoline(pc)
+            }
+        }
+        let each = OneByOne(&t);
+        for pc in (0x4ff0..0x5010)
+            .chain(0x8ff0..0x9010)
+            .chain(u64::MAX - 4..=u64::MAX)
+            .chain(0..4)
+        {
+            for span in [0, 1, 4, 8] {
+                assert_eq!(
+                    t.known_trampoline_within(pc, span),
+                    each.known_trampoline_within(pc, span),
+                    "{pc:#x} {span}"
+                );
+            }
+        }
+        assert!(t.known_trampoline_within(0x5007, 8));
+        assert!(!t.known_trampoline_within(0x4fff, 8));
     }
 
     #[test]

@@ -103,6 +103,11 @@ pub trait Arch: Copy + core::fmt::Debug {
     /// The machine code of the sigreturn trampoline, as it starts at its pc.
     const SIGRETURN_CODE: &'static [u8];
 
+    /// Where in [`Arch::SIGRETURN_CODE`] its system call starts: a signal
+    /// that lands after the first instruction leaves an exact pc this far
+    /// into the trampoline, with the stack as at its start.
+    const SIGRETURN_CALL_AT: u64;
+
     /// The caller's registers as a function's first instruction sees them:
     /// the return address the call left at the stack pointer (x86_64) or in
     /// the link register (AArch64). For a precise frame whose pc lies in no

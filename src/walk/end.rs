@@ -250,6 +250,9 @@ impl<C: CodeMap> CodeMap for Noting<'_, C> {
     fn is_known_trampoline(&self, pc: u64) -> bool {
         self.inner.is_known_trampoline(pc)
     }
+    fn known_trampoline_within(&self, pc: u64, span: u64) -> bool {
+        self.inner.known_trampoline_within(pc, span)
+    }
     fn is_outermost(&self, pc: u64) -> bool {
         self.inner.is_outermost(pc)
     }

@@ -229,16 +229,26 @@ impl Hot {
     }
 }
 
+/// The largest [`Arch::SIGRETURN_CALL_AT`] of any architecture: the hot
+/// path's answers do not depend on the architecture.
+const MAX_SIGRETURN_CALL_AT: u64 = 7;
+const _: () = assert!(
+    crate::arch::x86_64::X86_64::SIGRETURN_CALL_AT <= MAX_SIGRETURN_CALL_AT
+        && crate::arch::aarch64::Aarch64::SIGRETURN_CALL_AT <= MAX_SIGRETURN_CALL_AT
+);
+
 /// `lookup`, the answer for lookup pc `key`, classified for the hot path. A
-/// pc at or just before a known trampoline (`key` is `ra - 1` for a return
-/// address) is always left to the general step.
+/// pc inside or just before a known trampoline (`key` is `ra - 1` for a
+/// return address) is always left to the general step.
 pub(crate) fn classify_at<C: CodeMap + ?Sized>(code: &C, key: u64, lookup: &Lookup) -> Hot {
     // The outermost frame ends a walk without tables before any step (its
     // row says so to a walk with them): the general step decides.
     if !matches!(lookup, Lookup::Outside) && code.is_outermost(key) {
         return Hot::SLOW;
     }
-    let trampoline = code.is_known_trampoline(key) || code.is_known_trampoline(key.wrapping_add(1));
+    // From just before a trampoline (a return address's key) to its
+    // sigreturn call (an exact pc a signal interrupted there).
+    let trampoline = code.known_trampoline_within(key.wrapping_add(1), MAX_SIGRETURN_CALL_AT + 1);
     Hot::classify(lookup, trampoline)
 }
 

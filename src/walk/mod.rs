@@ -135,6 +135,14 @@ pub trait CodeMap {
         false
     }
 
+    /// Whether some known trampoline `t` has `t <= pc <= t + span`: `pc`
+    /// inside a trampoline's first instructions, where a signal can
+    /// interrupt it. The default asks [`CodeMap::is_known_trampoline`] of
+    /// each address; implementations may answer in one pass.
+    fn known_trampoline_within(&self, pc: u64, span: u64) -> bool {
+        (0..=span).any(|d| pc >= d && self.is_known_trampoline(pc - d))
+    }
+
     /// Whether lookup pc `pc` lies in code known to be the outermost frame
     /// whatever the unwind tables say (the program's entry function): asked
     /// by walks that do not use the tables, which have no row to say so.
@@ -251,6 +259,9 @@ macro_rules! code_map_through_deref {
         }
         fn is_known_trampoline(&self, pc: u64) -> bool {
             (**self).is_known_trampoline(pc)
+        }
+        fn known_trampoline_within(&self, pc: u64, span: u64) -> bool {
+            (**self).known_trampoline_within(pc, span)
         }
         fn is_outermost(&self, pc: u64) -> bool {
             (**self).is_outermost(pc)
@@ -705,27 +716,34 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
         } else {
             Lookup::Outside
         };
+        // A signal that lands between a trampoline's two instructions
+        // leaves an exact pc inside it, with the stack as at its start.
+        let inside = cur.pc.wrapping_sub(A::SIGRETURN_CALL_AT);
+        let mid_trampoline = cur.precise
+            && (self.code.is_known_trampoline(inside)
+                || matches!(lookup, Lookup::Outside) && self.code.is_sigreturn::<A>(inside));
         // Trampolines have no row of their own (or a row marked signal);
         // only outside known code is their code worth reading.
-        let trampoline = match lookup {
-            Lookup::SFrame(row) if row.signal_frame => self.code.is_known_trampoline(cur.pc),
-            // A return address is looked up one byte early, so a trampoline
-            // right after a function with a row finds that function's row:
-            // it still counts unless the function ends in a call (a call
-            // that never returns leaves the same return address). The
-            // cheap test, that the function ends at the pc, comes first.
-            Lookup::SFrame(row) => {
-                !cur.precise
-                    && cur.pc.wrapping_sub(row.func_start) >= u64::from(row.func_size)
-                    && self.code.is_known_trampoline(cur.pc)
-                    && !self.after_call(cur.pc)
-            }
-            Lookup::Compact { .. } => false,
-            Lookup::NoInfo => self.code.is_known_trampoline(cur.pc),
-            Lookup::Outside => {
-                self.code.is_known_trampoline(cur.pc) || self.code.is_sigreturn::<A>(cur.pc)
-            }
-        };
+        let trampoline = mid_trampoline
+            || match lookup {
+                Lookup::SFrame(row) if row.signal_frame => self.code.is_known_trampoline(cur.pc),
+                // A return address is looked up one byte early, so a trampoline
+                // right after a function with a row finds that function's row:
+                // it still counts unless the function ends in a call (a call
+                // that never returns leaves the same return address). The
+                // cheap test, that the function ends at the pc, comes first.
+                Lookup::SFrame(row) => {
+                    !cur.precise
+                        && cur.pc.wrapping_sub(row.func_start) >= u64::from(row.func_size)
+                        && self.code.is_known_trampoline(cur.pc)
+                        && !self.after_call(cur.pc)
+                }
+                Lookup::Compact { .. } => false,
+                Lookup::NoInfo => self.code.is_known_trampoline(cur.pc),
+                Lookup::Outside => {
+                    self.code.is_known_trampoline(cur.pc) || self.code.is_sigreturn::<A>(cur.pc)
+                }
+            };
         if trampoline && self.signal_frames < MAX_SIGNAL_FRAMES {
             if let Ok(next) = A::signal_frame_regs(&regs, &self.mem) {
                 // The handler may run on an alternate stack, below or above

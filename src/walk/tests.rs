@@ -436,6 +436,60 @@ fn x86_64_signal_frame_restores_the_interrupted_registers_from_the_ucontext() {
 }
 
 #[test]
+fn a_signal_between_a_trampolines_two_instructions_is_crossed() {
+    // The timer's signal lands after `mov $15, %rax` (x86_64) or
+    // `mov x8, #139` (AArch64): the exact pc is inside the trampoline and
+    // the stack is as at its start. It used to be stepped as plain code.
+    let tramp = CODE + 0x300;
+    let opts = WalkOptions {
+        scan_words: 0,
+        ..Default::default()
+    };
+    {
+        use x86_64::ucontext_offsets as o;
+        let mut words = vec![0u64; 80];
+        words[(o::RIP / 8) as usize] = CODE + 0x42;
+        words[(o::RSP / 8) as usize] = STACK + 0x100;
+        words[0x208 / 8] = CODE + 0x80;
+        let st = stack(&words);
+        let mut code = Fake::x86();
+        code.trampoline = Some(tramp);
+        for at in [0, 7] {
+            let regs = x86(tramp + at, STACK, STACK + 0x200);
+            let frames = walk_with::<X86_64>(regs, true, &st, code.clone(), opts).0;
+            let f = frames.get(1).map(|f| (f.pc, f.sp, f.method));
+            assert_eq!(
+                f,
+                Some((CODE + 0x42, STACK + 0x100, Method::SignalFrame)),
+                "x86_64 +{at}: {frames:x?}"
+            );
+        }
+    }
+    {
+        use aarch64::sigframe_offsets as o;
+        let mut words = vec![0u64; 112];
+        words[(o::PC / 8) as usize] = CODE + 0x40;
+        words[(o::SP / 8) as usize] = STACK + 0x400;
+        // The kernel's frame record above the signal frame, as saved in it.
+        words[0x308 / 8] = CODE + 0x80;
+        words[((o::REGS + 30 * 8) / 8) as usize] = CODE + 0x80;
+        let st = stack(&words);
+        let mut code = Fake::a64();
+        code.trampoline = Some(tramp);
+        for at in [0, 4] {
+            let regs = a64(tramp + at, STACK, STACK + 0x300, 0);
+            let frames = walk_with::<Aarch64>(regs, true, &st, code.clone(), opts).0;
+            let f = frames.get(1).map(|f| (f.pc, f.sp, f.method));
+            assert_eq!(
+                f,
+                Some((CODE + 0x40, STACK + 0x400, Method::SignalFrame)),
+                "AArch64 +{at}: {frames:x?}"
+            );
+        }
+    }
+}
+
+#[test]
 fn a_known_trampoline_right_after_a_function_with_a_row_is_still_crossed() {
     use x86_64::ucontext_offsets as o;
     // The function before the trampoline ends where it starts, so the

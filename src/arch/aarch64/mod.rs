@@ -236,6 +236,7 @@ impl Arch for Aarch64 {
 
     /// `mov x8, #139; svc #0` (`rt_sigreturn`).
     const SIGRETURN_CODE: &'static [u8] = &[0x68, 0x11, 0x80, 0xd2, 0x01, 0x00, 0x00, 0xd4];
+    const SIGRETURN_CALL_AT: u64 = 4;
 
     fn scanned(r: &Regs, ra: u64, slot: u64, fp: Option<u64>) -> Regs {
         Regs {
