@@ -154,9 +154,16 @@ impl LiveMemory {
     }
 
     /// Admits the stack holding `sp`, from `sp`'s page upwards, unless a
-    /// known region holds it.
+    /// known region's proven part holds it. Past that part a region is
+    /// only a guess (an unregistered stack may end at its next page): a
+    /// second stack a little above it, behind an unreadable gap, would be
+    /// lost if its sp were taken for part of the first.
     fn admit(&self, sp: u64) {
-        if sp != 0 && !self.holds(sp) {
+        let proven = self.regions[..self.count.get()].iter().any(|r| {
+            let r = r.get();
+            sp >= r.lo && sp < r.hi
+        });
+        if sp != 0 && !proven {
             let lo = sp & !(PAGE - 1);
             self.push(Region {
                 lo,
@@ -203,29 +210,36 @@ impl LiveMemory {
                     skipped += 1;
                     if skipped > GUARD_PAGES || r.lo.saturating_add(PAGE) >= r.limit {
                         r.limit = r.lo;
-                        cell.set(r);
-                        return false;
+                        break;
                     }
                     r.lo += PAGE;
+                }
+                if r.limit == r.lo {
+                    cell.set(r);
+                    continue;
                 }
                 r.hi = r.lo + PAGE;
                 if addr < r.lo {
                     cell.set(r);
-                    return false;
+                    continue;
                 }
             }
             // Probe whole pages until the range is covered; the first
-            // unreadable one ends the stack.
+            // unreadable one ends the stack, and another region (a stack
+            // above the gap) may still hold the range.
+            let mut ended = false;
             while end > r.hi {
                 let Some(next) = r.hi.checked_add(PAGE).filter(|_| probe(r.hi)) else {
                     r.limit = r.hi;
-                    cell.set(r);
-                    return false;
+                    ended = true;
+                    break;
                 };
                 r.hi = next;
             }
             cell.set(r);
-            return true;
+            if !ended {
+                return true;
+            }
         }
         false
     }
@@ -351,5 +365,43 @@ mod tests {
     fn a_live_reader_and_a_live_walker_stay_on_their_thread() {
         <LiveMemory as NotSend<_>>::check();
         <crate::LiveWalker as NotSend<_>>::check();
+    }
+
+    /// A walk off every known stack (an alternate stack set up with
+    /// `SS_AUTODISARM`, which reports none) crosses a signal frame onto a
+    /// stack a little above, behind an unreadable page. The new sp was
+    /// taken for part of the first, probed stack, whose probing then
+    /// stopped at the gap: every frame beyond the signal frame was lost.
+    #[test]
+    fn a_second_stack_just_above_an_unregistered_one_behind_a_gap_is_read() {
+        const P: usize = PAGE as usize;
+        // SAFETY: a fresh private mapping this test owns; one page in it
+        // is made unreadable, and all of it is unmapped at the end.
+        let base = unsafe {
+            let p = libc::mmap(
+                core::ptr::null_mut(),
+                9 * P,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            let gap = (p as usize + 4 * P) as *mut libc::c_void;
+            assert_eq!(libc::mprotect(gap, P, libc::PROT_NONE), 0);
+            p as u64
+        };
+        let (sp_a, sp_b) = (base + 0x100, base + 5 * PAGE + 0x100);
+        // SAFETY: inside the mapping, in a readable page.
+        unsafe { (sp_b as *mut u64).write(0x1234) };
+        let mem = LiveMemory::new(sp_a);
+        let first = mem.read_u64(sp_a);
+        mem.enter_stack(sp_b);
+        let second = mem.read_u64(sp_b);
+        // The gap itself stays unread.
+        let gap = mem.read_u64(base + 4 * PAGE);
+        // SAFETY: the mapping made above, no longer used.
+        unsafe { libc::munmap(base as *mut libc::c_void, 9 * P) };
+        assert_eq!((first, second, gap), (Some(0), Some(0x1234), None));
     }
 }
