@@ -349,7 +349,9 @@ extern "C" fn forget_samples_in_child() {
 /// second), this is a high-resolution timer and keeps the rate asked (998
 /// signals a second asked at 1000 Hz on a 250 Hz kernel, against 250 from
 /// `ITIMER_PROF`). It counts wall time: a thread that sleeps or blocks is
-/// sampled where it waits. Create it on each thread to be sampled.
+/// sampled where it waits. Create it on each thread to be sampled; it may
+/// be sent to another thread (a profiler's controller, say) and dropped
+/// there, which stops the samples of the thread that made it.
 ///
 /// Two things follow from signalling a thread that waits:
 /// * System calls the kernel does not restart after a handler, even with
@@ -417,6 +419,11 @@ impl ThreadTimer {
         Ok(timer)
     }
 }
+
+// SAFETY: a timer id is a process-wide handle: `timer_delete` (the only
+// use of it after `start`) may be called from any thread, and dropping the
+// timer on another thread stops the signals to the thread that made it.
+unsafe impl Send for ThreadTimer {}
 
 impl Drop for ThreadTimer {
     fn drop(&mut self) {

@@ -8,7 +8,11 @@ mod common;
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+/// One test at a time: each counts the process's samples.
+static SERIAL: Mutex<()> = Mutex::new(());
 
 fn spin(d: Duration) -> u64 {
     let end = Instant::now() + d;
@@ -23,7 +27,9 @@ fn spin(d: Duration) -> u64 {
 
 #[test]
 fn a_thread_timer_samples_its_own_thread_only_and_stops_when_dropped() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     stackmark::init().unwrap();
+    stackmark::sample::drain(|_| {});
     static DONE: AtomicBool = AtomicBool::new(false);
     // A second busy thread, never sampled: a process-wide timer would
     // sample it too.
@@ -65,4 +71,40 @@ fn a_thread_timer_samples_its_own_thread_only_and_stops_when_dropped() {
     );
     // Each sample walked the interrupted thread: its frame 0 and callers.
     assert!(depths.iter().all(|&d| d >= 2), "{depths:?}");
+}
+
+/// A profiler keeps its threads' timers in one place and stops them from a
+/// controller thread: the timer is `Send`, and dropping it elsewhere stops
+/// the samples of the thread that made it.
+#[test]
+fn a_thread_timer_sent_to_another_thread_stops_its_thread_when_dropped_there() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    stackmark::init().unwrap();
+    static STOP: AtomicBool = AtomicBool::new(false);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let worker = std::thread::spawn(move || {
+        stackmark::register_thread();
+        tx.send(stackmark::sample::ThreadTimer::start(1000).unwrap())
+            .unwrap();
+        while !STOP.load(SeqCst) {
+            spin(Duration::from_millis(5));
+        }
+    });
+    let timer = rx.recv().unwrap();
+    spin(Duration::from_millis(200));
+    let before_drop = stackmark::sample::stats().taken;
+    drop(timer);
+    // A signal already sent may still land; none after that.
+    std::thread::sleep(Duration::from_millis(20));
+    let taken = stackmark::sample::stats().taken;
+    std::thread::sleep(Duration::from_millis(100));
+    let later = stackmark::sample::stats().taken;
+    STOP.store(true, SeqCst);
+    worker.join().unwrap();
+    stackmark::sample::drain(|_| {});
+    assert!(before_drop > 0, "no sample in 200 ms at 1000 Hz");
+    assert_eq!(
+        later, taken,
+        "samples after the timer was dropped elsewhere"
+    );
 }
