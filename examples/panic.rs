@@ -71,6 +71,17 @@ fn main() {
         "deep" => {
             black_box(recurse(black_box(300)));
         }
+        "twice" => {
+            // A library installs the hook again, chaining to what it finds
+            // (the first install): one report, then Rust's default message.
+            use stackmark::panic_hook::{install_panic_hook_with, PanicHookOptions};
+            install_panic_hook_with(PanicHookOptions {
+                chain_previous: true,
+                ..Default::default()
+            });
+            let t = std::thread::spawn(|| black_box(recurse(black_box(3))));
+            assert!(t.join().is_err());
+        }
         other => panic!("unknown mode {other}"),
     }
 }

@@ -40,7 +40,9 @@ pub fn install_panic_hook() {
     install_panic_hook_with(PanicHookOptions::default())
 }
 
-/// Installs the panic hook with `opts`.
+/// Installs the panic hook with `opts`. Installing it again replaces the
+/// options; with `chain_previous` the new hook chains to what it replaced,
+/// and a panic is still reported once.
 ///
 /// ```
 /// use stackmark::panic_hook::{install_panic_hook_with, PanicHookOptions};
@@ -54,11 +56,26 @@ pub fn install_panic_hook_with(opts: PanicHookOptions) {
     crate::crash::forget_reports_in_child();
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        report(info, &opts);
+        // A hook of ours reached from another of ours (installed twice,
+        // the second chaining to the first) does not report again: the
+        // options of the last install apply.
+        let outer = REPORTING.try_with(|r| !r.replace(true)).unwrap_or(true);
+        if outer {
+            report(info, &opts);
+        }
         if opts.chain_previous {
             previous(info);
         }
+        if outer {
+            let _ = REPORTING.try_with(|r| r.set(false));
+        }
     }));
+}
+
+thread_local! {
+    /// Whether this thread is inside one of our hooks (no destructor, so
+    /// usable in any thread-local destructor's panic).
+    static REPORTING: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
 }
 
 /// Writes one panic report. Allocates nothing itself once it has its turn.

@@ -234,6 +234,19 @@ fn panic_report_symbolizes_to_the_panicking_function_and_main() {
     }
 }
 
+#[test]
+fn a_panic_hook_installed_twice_reports_once() {
+    let out = run_example("panic", &["twice"]);
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert_eq!(text.matches("stackmark: panic in ").count(), 1, "{text}");
+    assert_eq!(
+        reports_from(&text, "stackmark: panic in ").len(),
+        1,
+        "{text}"
+    );
+}
+
 /// One whole report: from its header line to its trailer, with nothing of
 /// another report in between.
 fn reports(text: &str) -> Vec<Vec<&str>> {
