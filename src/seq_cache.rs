@@ -213,4 +213,69 @@ mod tests {
             });
         });
     }
+
+    /// A signal handler on the thread that is writing an entry reads and
+    /// writes that same entry (a profiler's walk interrupting a walk): it
+    /// must neither wait nor take a half-written entry, and the entry must
+    /// work afterwards. Fails if a read does not recheck the sequence.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_handler_that_interrupts_a_write_of_its_entry_never_waits_nor_sees_it_torn() {
+        use core::sync::atomic::{AtomicBool, AtomicUsize};
+        static SIG: SeqCache<2, 4> = SeqCache::new();
+        static RUNS: AtomicUsize = AtomicUsize::new(0);
+        static TORN: AtomicUsize = AtomicUsize::new(0);
+        const KEY: u64 = 0x1234_0000;
+        extern "C" fn on_signal(_: i32, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
+            RUNS.fetch_add(1, Relaxed);
+            if let Some(w) = SIG.get(KEY, 5) {
+                if w.iter().any(|&x| x != w[0]) {
+                    TORN.fetch_add(1, Relaxed);
+                }
+            }
+            SIG.put(KEY, 5, [0xdead; 4]);
+        }
+        // SAFETY: a handler that touches only atomics, on a signal only this
+        // test sends, to this thread.
+        unsafe {
+            let mut sa: libc::sigaction = core::mem::zeroed();
+            sa.sa_sigaction = on_signal as *const () as usize;
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+            assert_eq!(
+                libc::sigaction(libc::SIGUSR2, &sa, core::ptr::null_mut()),
+                0
+            );
+        }
+        // SAFETY: pthread_self has no preconditions.
+        let me = unsafe { libc::pthread_self() };
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(Relaxed) {
+                    // SAFETY: this thread ends before the scope does, and the
+                    // signalled thread outlives the scope.
+                    unsafe { libc::pthread_kill(me, libc::SIGUSR2) };
+                    for _ in 0..200 {
+                        core::hint::spin_loop();
+                    }
+                }
+            });
+            let mut torn = None;
+            for i in 0..1_000_000u64 {
+                SIG.put(KEY, 5, [i; 4]);
+                if let Some(w) = SIG.get(KEY, 5) {
+                    if w.iter().any(|&x| x != w[0]) {
+                        torn = Some(w);
+                        break;
+                    }
+                }
+            }
+            stop.store(true, Relaxed);
+            assert_eq!(torn, None);
+        });
+        assert!(RUNS.load(Relaxed) > 0, "no signal landed");
+        assert_eq!(TORN.load(Relaxed), 0, "the handler took a torn entry");
+        SIG.put(KEY, 5, [7; 4]);
+        assert_eq!(SIG.get(KEY, 5), Some([7; 4]));
+    }
 }
