@@ -716,34 +716,43 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
         } else {
             Lookup::Outside
         };
-        // A signal that lands between a trampoline's two instructions
-        // leaves an exact pc inside it, with the stack as at its start.
-        let inside = cur.pc.wrapping_sub(A::SIGRETURN_CALL_AT);
-        let mid_trampoline = cur.precise
-            && (self.code.is_known_trampoline(inside)
-                || matches!(lookup, Lookup::Outside) && self.code.is_sigreturn::<A>(inside));
+        // An exact pc may lie inside a trampoline, up to its system call (a
+        // signal landed after its first instruction), with the stack as at
+        // its start.
+        let known_trampoline = || {
+            if cur.precise {
+                self.code
+                    .known_trampoline_within(cur.pc, A::SIGRETURN_CALL_AT)
+            } else {
+                self.code.is_known_trampoline(cur.pc)
+            }
+        };
         // Trampolines have no row of their own (or a row marked signal);
         // only outside known code is their code worth reading.
-        let trampoline = mid_trampoline
-            || match lookup {
-                Lookup::SFrame(row) if row.signal_frame => self.code.is_known_trampoline(cur.pc),
-                // A return address is looked up one byte early, so a trampoline
-                // right after a function with a row finds that function's row:
-                // it still counts unless the function ends in a call (a call
-                // that never returns leaves the same return address). The
-                // cheap test, that the function ends at the pc, comes first.
-                Lookup::SFrame(row) => {
-                    !cur.precise
-                        && cur.pc.wrapping_sub(row.func_start) >= u64::from(row.func_size)
-                        && self.code.is_known_trampoline(cur.pc)
-                        && !self.after_call(cur.pc)
-                }
-                Lookup::Compact { .. } => false,
-                Lookup::NoInfo => self.code.is_known_trampoline(cur.pc),
-                Lookup::Outside => {
-                    self.code.is_known_trampoline(cur.pc) || self.code.is_sigreturn::<A>(cur.pc)
-                }
-            };
+        let trampoline = match lookup {
+            Lookup::SFrame(row) if row.signal_frame => known_trampoline(),
+            // A return address is looked up one byte early, so a trampoline
+            // right after a function with a row finds that function's row:
+            // it still counts unless the function ends in a call (a call
+            // that never returns leaves the same return address). The
+            // cheap test, that the function ends at the pc, comes first.
+            Lookup::SFrame(row) => {
+                !cur.precise
+                    && cur.pc.wrapping_sub(row.func_start) >= u64::from(row.func_size)
+                    && self.code.is_known_trampoline(cur.pc)
+                    && !self.after_call(cur.pc)
+            }
+            Lookup::Compact { .. } => false,
+            Lookup::NoInfo => known_trampoline(),
+            Lookup::Outside => {
+                known_trampoline()
+                    || self.code.is_sigreturn::<A>(cur.pc)
+                    || cur.precise
+                        && self
+                            .code
+                            .is_sigreturn::<A>(cur.pc.wrapping_sub(A::SIGRETURN_CALL_AT))
+            }
+        };
         if trampoline && self.signal_frames < MAX_SIGNAL_FRAMES {
             if let Ok(next) = A::signal_frame_regs(&regs, &self.mem) {
                 // The handler may run on an alternate stack, below or above
