@@ -146,6 +146,14 @@ impl LiveMemory {
         self.admit(sp);
     }
 
+    /// Whether `addr` lies in the part of a region known to be readable.
+    fn proven(&self, addr: u64) -> bool {
+        self.regions[..self.count.get()].iter().any(|r| {
+            let r = r.get();
+            addr >= r.lo && addr < r.hi
+        })
+    }
+
     /// Whether a known region may hold `sp`.
     fn holds(&self, sp: u64) -> bool {
         self.regions[..self.count.get()]
@@ -159,11 +167,7 @@ impl LiveMemory {
     /// second stack a little above it, behind an unreadable gap, would be
     /// lost if its sp were taken for part of the first.
     fn admit(&self, sp: u64) {
-        let proven = self.regions[..self.count.get()].iter().any(|r| {
-            let r = r.get();
-            sp >= r.lo && sp < r.hi
-        });
-        if sp != 0 && !proven {
+        if sp != 0 && !self.proven(sp) {
             let lo = sp & !(PAGE - 1);
             self.push(Region {
                 lo,
@@ -200,49 +204,50 @@ impl LiveMemory {
             if addr < r.lo || end > r.limit {
                 continue;
             }
-            // Nothing proved yet: the stack starts at sp's page, or, where
-            // sp sits in a guard page (an overflow), at the first readable
-            // page a few above. It never jumps over readable memory to what
-            // is read: that could be any mapping, not this stack.
-            if r.hi == r.lo {
-                let mut skipped = 0;
-                while !probe(r.lo) {
-                    skipped += 1;
-                    if skipped > GUARD_PAGES || r.lo.saturating_add(PAGE) >= r.limit {
-                        r.limit = r.lo;
-                        break;
-                    }
-                    r.lo += PAGE;
-                }
-                if r.limit == r.lo {
-                    cell.set(r);
-                    continue;
-                }
-                r.hi = r.lo + PAGE;
-                if addr < r.lo {
-                    cell.set(r);
-                    continue;
-                }
-            }
-            // Probe whole pages until the range is covered; the first
-            // unreadable one ends the stack, and another region (a stack
-            // above the gap) may still hold the range.
-            let mut ended = false;
-            while end > r.hi {
-                let Some(next) = r.hi.checked_add(PAGE).filter(|_| probe(r.hi)) else {
-                    r.limit = r.hi;
-                    ended = true;
-                    break;
-                };
-                r.hi = next;
-            }
+            let covered = prove(&mut r, addr, end);
             cell.set(r);
-            if !ended {
+            // A region whose stack ended short of the range leaves it to
+            // the others (a stack above a gap).
+            if covered {
                 return true;
             }
         }
         false
     }
+}
+
+/// Probes pages of `r` until `addr..end` is proven readable; `false` if
+/// the stack ends first (its limit then drops to where it ended).
+fn prove(r: &mut Region, addr: u64, end: u64) -> bool {
+    // Nothing proved yet: the stack starts at sp's page, or, where sp sits
+    // in a guard page (an overflow), at the first readable page a few
+    // above. It never jumps over readable memory to what is read: that
+    // could be any mapping, not this stack.
+    if r.hi == r.lo {
+        let mut skipped = 0;
+        while !probe(r.lo) {
+            skipped += 1;
+            if skipped > GUARD_PAGES || r.lo.saturating_add(PAGE) >= r.limit {
+                r.limit = r.lo;
+                return false;
+            }
+            r.lo += PAGE;
+        }
+        r.hi = r.lo + PAGE;
+        if addr < r.lo {
+            return false;
+        }
+    }
+    // Probe whole pages until the range is covered; the first unreadable
+    // one ends the stack.
+    while end > r.hi {
+        let Some(next) = r.hi.checked_add(PAGE).filter(|_| probe(r.hi)) else {
+            r.limit = r.hi;
+            return false;
+        };
+        r.hi = next;
+    }
+    true
 }
 
 impl LiveMemory {
@@ -316,10 +321,7 @@ impl MemoryReader for LiveMemory {
     #[inline]
     fn is_stack(&self, addr: u64) -> bool {
         self.learn();
-        self.regions[..self.count.get()].iter().any(|r| {
-            let r = r.get();
-            addr >= r.lo && addr < r.hi
-        })
+        self.proven(addr)
     }
 
     /// Admits the stack holding `sp`, from `sp`'s page upwards. A known
