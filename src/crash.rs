@@ -775,34 +775,14 @@ mod tests {
     fn the_wait_for_the_turn_lasts_its_time_however_often_signals_cut_its_sleeps() {
         // A sampled thread's timer cuts each 1 ms sleep short; counting
         // sleeps made a 5 s wait some 0.5 s at 10 kHz, and reports mixed.
-        extern "C" fn nothing(_: i32, _: *mut libc::siginfo_t, _: *mut c_void) {}
-        // SAFETY: an empty handler without SA_RESTART, on a signal nothing
-        // else in this test binary sends to this thread.
-        unsafe {
-            let mut sa: libc::sigaction = core::mem::zeroed();
-            sa.sa_sigaction = nothing as *const () as usize;
-            sa.sa_flags = libc::SA_SIGINFO;
-            assert_eq!(libc::sigaction(libc::SIGURG, &sa, core::ptr::null_mut()), 0);
-        }
         let owner = AtomicI32::new(-5);
-        // SAFETY: pthread_self has no preconditions.
-        let me = unsafe { libc::pthread_self() };
-        let stop = std::sync::atomic::AtomicBool::new(false);
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                while !stop.load(SeqCst) {
-                    // SAFETY: the test thread outlives this scope's threads.
-                    unsafe { libc::pthread_kill(me, libc::SIGURG) };
-                    std::thread::sleep(std::time::Duration::from_micros(100));
-                }
-            });
+        let every = std::time::Duration::from_micros(100);
+        let (claim, waited) = crate::os::interrupted_every(every, || {
             let start = std::time::Instant::now();
-            let claim = claim_turn(&owner, 1, 300);
-            let waited = start.elapsed();
-            stop.store(true, SeqCst);
-            assert_eq!(claim, Claim::TimedOut);
-            assert!(waited.as_millis() >= 300, "gave up after {waited:?}");
+            (claim_turn(&owner, 1, 300), start.elapsed())
         });
+        assert_eq!(claim, Claim::TimedOut);
+        assert!(waited.as_millis() >= 300, "gave up after {waited:?}");
     }
 
     #[test]

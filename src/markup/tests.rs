@@ -680,36 +680,19 @@ fn an_fd_sink_gives_up_on_a_full_pipe_even_when_signals_keep_interrupting_its_wa
     // A sampled thread's timer interrupts poll(2) every millisecond or so,
     // and poll is never restarted: a wait restarted in full after each
     // signal never ended (the report held its turn for good).
-    extern "C" fn nothing(_: i32, _: *mut libc::siginfo_t, _: *mut libc::c_void) {}
-    // SAFETY: an empty SA_SIGINFO handler without SA_RESTART, on a signal
-    // nothing else in this test binary uses.
-    unsafe {
-        let mut sa: libc::sigaction = core::mem::zeroed();
-        sa.sa_sigaction = nothing as *const () as usize;
-        sa.sa_flags = libc::SA_SIGINFO;
-        assert_eq!(libc::sigaction(libc::SIGURG, &sa, core::ptr::null_mut()), 0);
-    }
     let [rx, tx] = full_nonblocking_pipe();
     let (done_tx, done_rx) = std::sync::mpsc::channel();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writer = std::thread::spawn(move || {
-        let mut sink = FdSink::new(tx);
-        Markup::new(&mut sink).text("line").newline();
-        done_tx.send(sink.failed()).unwrap();
-    });
-    let thread = std::os::unix::thread::JoinHandleExt::as_pthread_t(&writer);
-    let stopped = stop.clone();
-    let signaller = std::thread::spawn(move || {
-        while !stopped.load(std::sync::atomic::Ordering::SeqCst) {
-            // SAFETY: the writer is joined only after this thread stops.
-            unsafe { libc::pthread_kill(thread, libc::SIGURG) };
-            std::thread::sleep(std::time::Duration::from_micros(500));
-        }
+        let every = std::time::Duration::from_micros(500);
+        let failed = crate::os::interrupted_every(every, || {
+            let mut sink = FdSink::new(tx);
+            Markup::new(&mut sink).text("line").newline();
+            sink.failed()
+        });
+        done_tx.send(failed).unwrap();
     });
     // Far longer than the wait; without a bound the writer never answers.
     let failed = done_rx.recv_timeout(std::time::Duration::from_secs(30));
-    stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    signaller.join().unwrap();
     assert_eq!(failed, Ok(true), "the sink still waits under signals");
     writer.join().unwrap();
     close(rx);

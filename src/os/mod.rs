@@ -38,6 +38,38 @@ pub(crate) fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// Runs `f` on the calling thread while another thread interrupts it with
+/// a signal every `period`, as a sampling timer does: an empty handler
+/// without `SA_RESTART` (on SIGURG, which nothing else in the crate's
+/// tests sends), so sleeps end early and `poll` fails with `EINTR`.
+#[cfg(test)]
+pub(crate) fn interrupted_every<R>(period: core::time::Duration, f: impl FnOnce() -> R) -> R {
+    use core::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    extern "C" fn nothing(_: i32, _: *mut libc::siginfo_t, _: *mut core::ffi::c_void) {}
+    // SAFETY: an empty SA_SIGINFO handler; the action is fully initialised.
+    unsafe {
+        let mut sa: libc::sigaction = core::mem::zeroed();
+        sa.sa_sigaction = nothing as *const () as usize;
+        sa.sa_flags = libc::SA_SIGINFO;
+        assert_eq!(libc::sigaction(libc::SIGURG, &sa, core::ptr::null_mut()), 0);
+    }
+    // SAFETY: pthread_self has no preconditions.
+    let me = unsafe { libc::pthread_self() };
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(SeqCst) {
+                // SAFETY: the calling thread outlives this scope's threads.
+                unsafe { libc::pthread_kill(me, libc::SIGURG) };
+                std::thread::sleep(period);
+            }
+        });
+        let r = f();
+        stop.store(true, SeqCst);
+        r
+    })
+}
+
 /// Runs `f` and puts the calling thread's `errno` back as it was before:
 /// for code in signal handlers, whose interrupted code may be between a
 /// failing call and its check of `errno`. Async-signal-safe.
