@@ -769,7 +769,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
         // pointer, which ran no instruction of the callee. The frame pointer
         // still holds the calling function's frame, so a frame-pointer step
         // would skip that function, the one that made the bad call.
-        if matches!(lookup, Lookup::Outside) && ra_in_register_ok {
+        if matches!(lookup, Lookup::Outside) && cur.precise && ra_in_register_ok {
             if let Ok(next) = A::at_entry(&regs, &self.mem) {
                 if self.after_call(A::pc(&next)) && self.accept_with(cur, &next, true) {
                     return Ok((next, Method::Entry, false));

@@ -983,7 +983,8 @@ fn x86_64_a_call_through_a_null_pointer_keeps_the_function_that_made_it() {
         (CODE + 0x205, Method::FramePointer)
     );
     // Only a precise frame's pc: a return address outside code is not a
-    // call's target.
+    // call's target, even over a word at [rsp] that follows a call.
+    let st = stack(&[CODE + 0x104, 0, STACK + 48, CODE + 0x205, 0, 0, 0, 0]);
     let (frames, _) = walk::<X86_64>(x86(0, STACK, STACK + 16), false, &st, Fake::x86());
     assert_ne!(frames.get(1).map(|f| f.method), Some(Method::Entry));
 }
