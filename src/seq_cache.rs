@@ -221,7 +221,7 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn a_handler_that_interrupts_a_write_of_its_entry_never_waits_nor_sees_it_torn() {
-        use core::sync::atomic::{AtomicBool, AtomicUsize};
+        use core::sync::atomic::AtomicUsize;
         static SIG: SeqCache<2, 4> = SeqCache::new();
         static RUNS: AtomicUsize = AtomicUsize::new(0);
         static TORN: AtomicUsize = AtomicUsize::new(0);
@@ -235,45 +235,23 @@ mod tests {
             }
             SIG.put(KEY, 5, [0xdead; 4]);
         }
-        // SAFETY: a handler that touches only atomics, on a signal only this
-        // test sends, to this thread.
-        unsafe {
-            let mut sa: libc::sigaction = core::mem::zeroed();
-            sa.sa_sigaction = on_signal as *const () as usize;
-            sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-            assert_eq!(
-                libc::sigaction(libc::SIGUSR2, &sa, core::ptr::null_mut()),
-                0
-            );
-        }
-        // SAFETY: pthread_self has no preconditions.
-        let me = unsafe { libc::pthread_self() };
-        let stop = AtomicBool::new(false);
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                while !stop.load(Relaxed) {
-                    // SAFETY: this thread ends before the scope does, and the
-                    // signalled thread outlives the scope.
-                    unsafe { libc::pthread_kill(me, libc::SIGUSR2) };
-                    for _ in 0..200 {
-                        core::hint::spin_loop();
+        // SIGUSR2, which only this test sends; as often as it can.
+        let torn =
+            crate::os::signalled_while(libc::SIGUSR2, on_signal, std::time::Duration::ZERO, || {
+                // A million rounds, and on until the handler has run often
+                // (the sender may start late on a busy machine).
+                for i in 0..200_000_000u64 {
+                    SIG.put(KEY, 5, [i; 4]);
+                    match SIG.get(KEY, 5) {
+                        Some(w) if w.iter().any(|&x| x != w[0]) => return Some(w),
+                        _ if i >= 1_000_000 && RUNS.load(Relaxed) >= 10_000 => break,
+                        _ => {}
                     }
                 }
+                None
             });
-            let mut torn = None;
-            for i in 0..1_000_000u64 {
-                SIG.put(KEY, 5, [i; 4]);
-                if let Some(w) = SIG.get(KEY, 5) {
-                    if w.iter().any(|&x| x != w[0]) {
-                        torn = Some(w);
-                        break;
-                    }
-                }
-            }
-            stop.store(true, Relaxed);
-            assert_eq!(torn, None);
-        });
-        assert!(RUNS.load(Relaxed) > 0, "no signal landed");
+        assert_eq!(torn, None);
+        assert!(RUNS.load(Relaxed) >= 10_000, "too few signals landed");
         assert_eq!(TORN.load(Relaxed), 0, "the handler took a torn entry");
         SIG.put(KEY, 5, [7; 4]);
         assert_eq!(SIG.get(KEY, 5), Some([7; 4]));

@@ -44,14 +44,28 @@ pub(crate) fn monotonic_ns() -> u64 {
 /// tests sends), so sleeps end early and `poll` fails with `EINTR`.
 #[cfg(test)]
 pub(crate) fn interrupted_every<R>(period: core::time::Duration, f: impl FnOnce() -> R) -> R {
-    use core::sync::atomic::{AtomicBool, Ordering::SeqCst};
     extern "C" fn nothing(_: i32, _: *mut libc::siginfo_t, _: *mut core::ffi::c_void) {}
-    // SAFETY: an empty SA_SIGINFO handler; the action is fully initialised.
+    signalled_while(libc::SIGURG, nothing, period, f)
+}
+
+/// Runs `f` on the calling thread while another thread sends it `sig`,
+/// handled by `handler` (installed without `SA_RESTART`), every `period`
+/// (as fast as it can for a zero period).
+#[cfg(test)]
+pub(crate) fn signalled_while<R>(
+    sig: libc::c_int,
+    handler: extern "C" fn(i32, *mut libc::siginfo_t, *mut core::ffi::c_void),
+    period: core::time::Duration,
+    f: impl FnOnce() -> R,
+) -> R {
+    use core::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    // SAFETY: an SA_SIGINFO handler the caller provides; the action is
+    // fully initialised.
     unsafe {
         let mut sa: libc::sigaction = core::mem::zeroed();
-        sa.sa_sigaction = nothing as *const () as usize;
+        sa.sa_sigaction = handler as *const () as usize;
         sa.sa_flags = libc::SA_SIGINFO;
-        assert_eq!(libc::sigaction(libc::SIGURG, &sa, core::ptr::null_mut()), 0);
+        assert_eq!(libc::sigaction(sig, &sa, core::ptr::null_mut()), 0);
     }
     // SAFETY: pthread_self has no preconditions.
     let me = unsafe { libc::pthread_self() };
@@ -60,7 +74,7 @@ pub(crate) fn interrupted_every<R>(period: core::time::Duration, f: impl FnOnce(
         s.spawn(|| {
             while !stop.load(SeqCst) {
                 // SAFETY: the calling thread outlives this scope's threads.
-                unsafe { libc::pthread_kill(me, libc::SIGURG) };
+                unsafe { libc::pthread_kill(me, sig) };
                 std::thread::sleep(period);
             }
         });
