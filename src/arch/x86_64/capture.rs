@@ -49,9 +49,9 @@ pub fn capture() -> Regs {
 ///
 /// # Safety
 /// `regs` must be what [`capture`] returned, unchanged: its pc is then a
-/// return address into code that is running, so the bytes before it (and,
-/// on x86_64, the GOT slot a `call [rip + disp32]` there names) are mapped.
-/// Any other pc may make this read unmapped memory.
+/// return address into code that is running, so the 6 bytes before it are
+/// mapped. Any other pc may make this read unmapped memory. (The GOT slot
+/// a `call [rip + disp32]` names is read through a checked read.)
 pub unsafe fn call_site(regs: &mut Regs) -> bool {
     let ra = regs.rip;
     let target = capture_into as *const () as u64;
@@ -70,10 +70,14 @@ pub unsafe fn call_site(regs: &mut Regs) -> bool {
             ra - 5
         }
     } else if code[0] == 0xff && code[1] == 0x15 {
-        let slot = ra.wrapping_add(disp as u64);
-        // SAFETY: a rip-relative call's slot is in the caller module's GOT,
-        // mapped read-only for the life of the module.
-        if unsafe { core::ptr::read_unaligned(slot as *const u64) } != target {
+        // A checked read: these bytes may end some other instruction (a
+        // register call `ff d3` after one that ends in `ff 15`), and then
+        // the "slot" is any address at all. Only a real GOT call, which is
+        // rare (the linker relaxes a static one to `call rel32`), pays.
+        let mut slot = [0u8; 8];
+        if !crate::os::read_checked(ra.wrapping_add(disp as u64), &mut slot)
+            || u64::from_le_bytes(slot) != target
+        {
             return false;
         }
         ra - 6
@@ -82,4 +86,83 @@ pub unsafe fn call_site(regs: &mut Regs) -> bool {
     };
     regs.rip = start;
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two pages: bytes that end in what looks like `call [rip + disp32]`
+    /// in the first, whose slot is either in the first page or in the
+    /// second, which is unmapped.
+    struct Pages(*mut u8);
+
+    impl Pages {
+        fn new() -> Pages {
+            // SAFETY: an anonymous private mapping with no address hint.
+            let p = unsafe {
+                libc::mmap(
+                    core::ptr::null_mut(),
+                    8192,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANON,
+                    -1,
+                    0,
+                )
+            };
+            assert_ne!(p, libc::MAP_FAILED);
+            // SAFETY: the second page of the mapping just made.
+            let unmapped = unsafe { libc::munmap(p.cast::<u8>().add(4096).cast(), 4096) };
+            assert_eq!(unmapped, 0);
+            Pages(p.cast())
+        }
+
+        /// Writes `ff 15 disp32` at offset 0 (the return address is at 6),
+        /// with the slot at `slot_at`, and returns the registers.
+        fn call_through(&self, slot_at: usize, slot: u64) -> Regs {
+            let base = self.0 as u64;
+            let disp = (slot_at as i32 - 6).to_le_bytes();
+            let code = [0xff, 0x15, disp[0], disp[1], disp[2], disp[3]];
+            // SAFETY: offsets 0..6 lie in the first (mapped) page.
+            unsafe { core::ptr::copy_nonoverlapping(code.as_ptr(), self.0, 6) };
+            if slot_at + 8 <= 4096 {
+                // SAFETY: the slot lies in the first page.
+                unsafe { core::ptr::write_unaligned(self.0.add(slot_at).cast::<u64>(), slot) };
+            }
+            Regs {
+                rip: base + 6,
+                ..Regs::default()
+            }
+        }
+    }
+
+    impl Drop for Pages {
+        fn drop(&mut self) {
+            // SAFETY: the first page, mapped by `new`.
+            unsafe { libc::munmap(self.0.cast(), 4096) };
+        }
+    }
+
+    #[test]
+    fn a_got_call_to_the_capture_routine_moves_the_pc_to_the_call() {
+        let pages = Pages::new();
+        let target = capture_into as *const () as u64;
+        let mut regs = pages.call_through(64, target);
+        // SAFETY: the 6 bytes before the pc are mapped.
+        assert!(unsafe { call_site(&mut regs) });
+        assert_eq!(regs.rip, pages.0 as u64);
+        let mut regs = pages.call_through(64, target + 1);
+        // SAFETY: as above.
+        assert!(!unsafe { call_site(&mut regs) });
+        assert_eq!(regs.rip, pages.0 as u64 + 6);
+    }
+
+    #[test]
+    fn bytes_that_only_look_like_a_got_call_name_a_slot_that_may_be_unmapped() {
+        let pages = Pages::new();
+        let mut regs = pages.call_through(4096 + 64, 0);
+        // SAFETY: the 6 bytes before the pc are mapped; the slot is not.
+        assert!(!unsafe { call_site(&mut regs) });
+        assert_eq!(regs.rip, pages.0 as u64 + 6);
+    }
 }
