@@ -155,9 +155,29 @@ pub fn walk_here(out: &mut [Frame]) -> usize {
 #[inline(always)]
 pub fn capture_here() -> (Regs, bool) {
     let mut regs = capture();
+    let ra = Native::pc(&regs);
     // SAFETY: `regs` comes straight from `capture`.
-    let precise = unsafe { crate::arch::native::call_site(&mut regs) };
+    let precise =
+        unsafe { crate::arch::native::call_site(&mut regs, |slot| read_got_slot(ra, slot)) };
     (regs, precise)
+}
+
+/// Reads the GOT slot a call before `ra` names: directly where it lies in
+/// the data of the pinned module that `ra` is in (the usual case: the
+/// main program), otherwise through a checked read (a system call), since
+/// the bytes may not be a call at all.
+#[cold]
+fn read_got_slot(ra: u64, slot: u64) -> Option<u64> {
+    let direct = modules::current().is_some_and(|t| t.pinned_readable(ra.wrapping_sub(1), slot, 8));
+    let mut word = [0u8; 8];
+    if direct {
+        // SAFETY: the slot lies in a readable segment of a module that is
+        // never unloaded.
+        word = unsafe { core::ptr::read_unaligned(slot as *const [u8; 8]) };
+    } else if !crate::os::read_checked(slot, &mut word) {
+        return None;
+    }
+    Some(u64::from_le_bytes(word))
 }
 
 /// The interrupted registers held by a signal handler's `ucontext_t`.

@@ -415,6 +415,22 @@ impl Table {
         None
     }
 
+    /// Whether `addr..addr + len` lies in one readable segment of a pinned
+    /// module ([`Module::pinned`]) whose code holds `code`: memory mapped
+    /// for the life of the process, which may be read directly.
+    pub fn pinned_readable(&self, code: u64, addr: u64, len: u64) -> bool {
+        let Some(m) = self.module_for_code(code) else {
+            return false;
+        };
+        let Some(last) = len.checked_sub(1).and_then(|l| addr.checked_add(l)) else {
+            return false;
+        };
+        m.pinned
+            && m.segments()
+                .iter()
+                .any(|s| s.readable() && s.contains(addr) && s.contains(last))
+    }
+
     /// The module any of whose segments holds `addr`.
     pub fn module_for_addr(&self, addr: u64) -> Option<&Module> {
         self.modules().iter().find(|m| m.contains(addr))
@@ -1087,6 +1103,47 @@ mod tests {
         let mut m = Module::EMPTY;
         assert!(m.push_segment(segment(PF_R | PF_X)));
         assert!(!m.exec_only);
+    }
+
+    #[test]
+    fn data_is_pinned_and_readable_only_inside_one_readable_segment_of_a_pinned_module() {
+        // "a": code at 0x1000, read-only data at 0x3000, writable data at
+        // 0x4000 (adjacent), a segment with no access at 0x6000.
+        let mut a = module(b"a", &[(0x1000, 0x2000)], &[(0x3000, 0x4000)]);
+        for (start, flags) in [(0x4000, PF_R | PF_W), (0x6000, 0)] {
+            assert!(a.push_segment(Segment {
+                start,
+                size: 0x1000,
+                vaddr: start,
+                flags,
+            }));
+        }
+        let b = module(b"b", &[(0x10000, 0x11000)], &[(0x12000, 0x13000)]);
+        let mut t = Box::new(Table::EMPTY);
+        t.push(a);
+        t.push(b);
+        t.finish(1);
+        // Not pinned: never direct.
+        assert!(!t.pinned_readable(0x1800, 0x3000, 8));
+        a.pin();
+        let mut t = Box::new(Table::EMPTY);
+        t.push(a);
+        t.push(module(b"b", &[(0x10000, 0x11000)], &[(0x12000, 0x13000)]));
+        t.finish(2);
+        assert!(t.pinned_readable(0x1800, 0x3000, 8));
+        assert!(t.pinned_readable(0x1800, 0x3ff8, 8));
+        assert!(t.pinned_readable(0x1800, 0x4ff8, 8));
+        // Across two segments, past the last, without access, in another
+        // module, empty, or wrapping around.
+        assert!(!t.pinned_readable(0x1800, 0x3ffc, 8));
+        assert!(!t.pinned_readable(0x1800, 0x5000, 8));
+        assert!(!t.pinned_readable(0x1800, 0x6000, 8));
+        assert!(!t.pinned_readable(0x1800, 0x12000, 8));
+        assert!(!t.pinned_readable(0x1800, 0x3000, 0));
+        assert!(!t.pinned_readable(0x1800, u64::MAX - 3, 8));
+        // Code that is not the module's own, or no code at all.
+        assert!(!t.pinned_readable(0x10800, 0x3000, 8));
+        assert!(!t.pinned_readable(0x3000, 0x3000, 8));
     }
 
     #[test]

@@ -41,12 +41,15 @@ pub fn capture() -> Regs {
 /// that called the capture routine (every instruction is 4 bytes), so frame
 /// 0 names the exact instruction. Returns whether the pc was moved.
 ///
+/// `read_slot` is unused: a `bl` names its target in the instruction (the
+/// x86_64 form reads a GOT slot with it).
+///
 /// # Safety
 /// `regs` must be what [`capture`] returned, unchanged: its pc is then a
-/// return address into code that is running, so the bytes before it (and,
-/// on x86_64, the GOT slot a `call [rip + disp32]` there names) are mapped.
-/// Any other pc may make this read unmapped memory.
-pub unsafe fn call_site(regs: &mut Regs) -> bool {
+/// return address into code that is running, so the 8 bytes before it are
+/// mapped. Any other pc may make this read unmapped memory.
+pub unsafe fn call_site(regs: &mut Regs, read_slot: impl FnOnce(u64) -> Option<u64>) -> bool {
+    let _ = read_slot;
     use crate::arch::Arch;
     let ra = regs.pc;
     if ra < 8 {

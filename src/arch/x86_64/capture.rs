@@ -47,12 +47,17 @@ pub fn capture() -> Regs {
 /// routine. Returns whether the pc was moved; if not it stays a return
 /// address.
 ///
+/// `read_slot` reads the 8-byte GOT slot a `call [rip + disp32]` names, or
+/// gives `None` if it cannot tell that the slot is mapped: the bytes before
+/// the pc may only look like such a call (a register call `ff d3` after an
+/// instruction that ends in `ff 15`), and then the slot is any address at
+/// all.
+///
 /// # Safety
 /// `regs` must be what [`capture`] returned, unchanged: its pc is then a
 /// return address into code that is running, so the 6 bytes before it are
-/// mapped. Any other pc may make this read unmapped memory. (The GOT slot
-/// a `call [rip + disp32]` names is read through a checked read.)
-pub unsafe fn call_site(regs: &mut Regs) -> bool {
+/// mapped. Any other pc may make this read unmapped memory.
+pub unsafe fn call_site(regs: &mut Regs, read_slot: impl FnOnce(u64) -> Option<u64>) -> bool {
     let ra = regs.rip;
     let target = capture_into as *const () as u64;
     if ra < 6 {
@@ -70,14 +75,7 @@ pub unsafe fn call_site(regs: &mut Regs) -> bool {
             ra - 5
         }
     } else if code[0] == 0xff && code[1] == 0x15 {
-        // A checked read: these bytes may end some other instruction (a
-        // register call `ff d3` after one that ends in `ff 15`), and then
-        // the "slot" is any address at all. Only a real GOT call, which is
-        // rare (the linker relaxes a static one to `call rel32`), pays.
-        let mut slot = [0u8; 8];
-        if !crate::os::read_checked(ra.wrapping_add(disp as u64), &mut slot)
-            || u64::from_le_bytes(slot) != target
-        {
+        if read_slot(ra.wrapping_add(disp as u64)) != Some(target) {
             return false;
         }
         ra - 6
@@ -91,6 +89,11 @@ pub unsafe fn call_site(regs: &mut Regs) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn checked(slot: u64) -> Option<u64> {
+        let mut word = [0u8; 8];
+        crate::os::read_checked(slot, &mut word).then(|| u64::from_le_bytes(word))
+    }
 
     /// Two pages: bytes that end in what looks like `call [rip + disp32]`
     /// in the first, whose slot is either in the first page or in the
@@ -149,11 +152,11 @@ mod tests {
         let target = capture_into as *const () as u64;
         let mut regs = pages.call_through(64, target);
         // SAFETY: the 6 bytes before the pc are mapped.
-        assert!(unsafe { call_site(&mut regs) });
+        assert!(unsafe { call_site(&mut regs, checked) });
         assert_eq!(regs.rip, pages.0 as u64);
         let mut regs = pages.call_through(64, target + 1);
         // SAFETY: as above.
-        assert!(!unsafe { call_site(&mut regs) });
+        assert!(!unsafe { call_site(&mut regs, checked) });
         assert_eq!(regs.rip, pages.0 as u64 + 6);
     }
 
@@ -162,7 +165,7 @@ mod tests {
         let pages = Pages::new();
         let mut regs = pages.call_through(4096 + 64, 0);
         // SAFETY: the 6 bytes before the pc are mapped; the slot is not.
-        assert!(!unsafe { call_site(&mut regs) });
+        assert!(!unsafe { call_site(&mut regs, checked) });
         assert_eq!(regs.rip, pages.0 as u64 + 6);
     }
 }
