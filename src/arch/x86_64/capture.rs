@@ -42,10 +42,11 @@ pub fn capture() -> Regs {
 /// Moves a captured pc from the return address back to the call instruction
 /// that called the capture routine, so frame 0 names the exact instruction
 /// (`:pc` in markup) rather than whatever follows the call. Recognises
-/// `call rel32` (with or without an `addr32` prefix, as linkers relax GOT
-/// calls) and `call [rip + disp32]`, each checked to target the capture
-/// routine. Returns whether the pc was moved; if not it stays a return
-/// address.
+/// `call rel32` and `call [rip + disp32]`, each checked to target the
+/// capture routine. A `call rel32` that linkers relaxed from a GOT call
+/// carries an `addr32` prefix, which the pc then skips: it names the
+/// opcode, inside the same instruction. Returns whether the pc was moved;
+/// if not it stays a return address.
 ///
 /// `read_slot` reads the 8-byte GOT slot a `call [rip + disp32]` names, or
 /// gives `None` if it cannot tell that the slot is mapped: the bytes before
@@ -68,12 +69,12 @@ pub unsafe fn call_site(regs: &mut Regs, read_slot: impl FnOnce(u64) -> Option<u
     // and so mapped.
     let code: [u8; 6] = unsafe { core::ptr::read_unaligned((ra - 6) as *const [u8; 6]) };
     let disp = i64::from(i32::from_le_bytes([code[2], code[3], code[4], code[5]]));
+    // A `call rel32` gives its opcode's address, even after an `addr32`
+    // prefix: a 0x67 before it may as well end the instruction before
+    // (`push 0x67`), and the opcode lies inside the call either way, so it
+    // finds the call's row and line, never those of the instruction before.
     let start = if code[1] == 0xe8 && ra.wrapping_add(disp as u64) == target {
-        if code[0] == 0x67 {
-            ra - 6
-        } else {
-            ra - 5
-        }
+        ra - 5
     } else if code[0] == 0xff && code[1] == 0x15 {
         if read_slot(ra.wrapping_add(disp as u64)) != Some(target) {
             return false;
@@ -158,6 +159,48 @@ mod tests {
         // SAFETY: as above.
         assert!(!unsafe { call_site(&mut regs, checked) });
         assert_eq!(regs.rip, pages.0 as u64 + 6);
+    }
+
+    /// Code bytes in the program's data, near enough to the capture routine
+    /// for a `call rel32`. Only the one test below uses them.
+    static mut NEAR: [u8; 16] = [0; 16];
+
+    /// The registers after `bytes`, which end in a `call rel32` (its
+    /// displacement filled in) to `miss` bytes past the capture routine.
+    fn after_direct_call(bytes: &[u8], miss: u64) -> Regs {
+        let base = &raw mut NEAR;
+        let ra = base as u64 + bytes.len() as u64;
+        let target = capture_into as *const () as u64 + miss;
+        let disp = i32::try_from(target.wrapping_sub(ra) as i64).unwrap();
+        let mut code = [0u8; 16];
+        code[..bytes.len()].copy_from_slice(bytes);
+        code[bytes.len() - 4..bytes.len()].copy_from_slice(&disp.to_le_bytes());
+        // SAFETY: one test alone uses `NEAR`, and it reads it only through
+        // `call_site` after this write.
+        unsafe { base.write(code) };
+        Regs {
+            rip: ra,
+            ..Regs::default()
+        }
+    }
+
+    #[test]
+    fn a_direct_call_moves_the_pc_to_its_opcode_whatever_precedes_it() {
+        let base = &raw mut NEAR as u64;
+        for (bytes, miss, moved) in [
+            // `push 0x67; call rel32`: the call starts at 2, not at the 0x67.
+            (&[0x6a, 0x67, 0xe8, 0, 0, 0, 0], 0, Some(2)),
+            // `nop; addr32 call rel32` (a relaxed GOT call): its opcode, at 2.
+            (&[0x90, 0x67, 0xe8, 0, 0, 0, 0], 0, Some(2)),
+            // A call elsewhere leaves the return address.
+            (&[0x90, 0x90, 0xe8, 0, 0, 0, 0], 1, None),
+        ] {
+            let mut regs = after_direct_call(bytes, miss);
+            // SAFETY: the bytes before the pc are mapped.
+            let exact = unsafe { call_site(&mut regs, checked) };
+            assert_eq!(exact, moved.is_some(), "{bytes:x?}");
+            assert_eq!(regs.rip, base + moved.unwrap_or(7), "{bytes:x?}");
+        }
     }
 
     #[test]
