@@ -933,8 +933,9 @@ impl Registry {
 }
 
 /// [`Registry::refresh_within`] on the live registry, waiting at most
-/// [`REFRESH_WAIT`].
+/// `wait` ([`REFRESH_WAIT`] for a refresh the program asked for).
 pub(crate) fn refresh_with(
+    wait: core::time::Duration,
     fill: impl FnOnce(&mut Table, &Table),
     release: impl Fn(&Module),
 ) -> Result<u64, RefreshError> {
@@ -943,7 +944,7 @@ pub(crate) fn refresh_with(
         REGISTRY.forget_refresh_in_child();
     }
     crate::os::once_in_fork_child(&AT_FORK, in_child);
-    REGISTRY.refresh_within(REFRESH_WAIT, fill, release)
+    REGISTRY.refresh_within(wait, fill, release)
 }
 
 #[cfg(test)]

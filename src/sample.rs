@@ -85,8 +85,10 @@ struct Slot {
 /// the slot is free for them; the reader takes positions in order from
 /// `read`, and stops at one claimed but not yet written, which a later
 /// drain takes. Writers never wait: a full ring drops the sample. `next`
-/// follows the slots directly ([`prefault_ring`] relies on it).
-#[repr(C)]
+/// follows the slots directly ([`prefault_ring`] relies on it). Whole
+/// pages of its own, so that a fork child can be given a zeroed copy
+/// ([`wipe_ring_on_fork`]).
+#[repr(C, align(4096))]
 struct Ring {
     slots: [Slot; RING_SLOTS],
     next: AtomicUsize,
@@ -294,18 +296,25 @@ fn install() -> std::io::Result<()> {
         }
     }
     ready_for_fork();
-    // The handler's trampoline is known now: let walks cross it. Once: a
+    // Once, by whichever start claims it; the others go on without waiting
+    // (a handler walks from its `ucontext` and needs neither step). A
     // refresh per timer started would cost every new thread of a profiled
-    // program a rebuild of the table (and fail while a thread holds one).
+    // program a rebuild of the table.
     static READY: AtomicBool = AtomicBool::new(false);
-    if !READY.load(SeqCst) {
-        if crate::refresh().is_ok() {
-            READY.store(true, SeqCst);
-        }
+    if READY.compare_exchange(false, true, SeqCst, SeqCst).is_ok() {
+        // The handler's trampoline is known now: let walks cross it. Not
+        // worth a wait for a guard someone holds on the table this reuses:
+        // failing leaves it to the program's next refresh.
+        let _ = crate::os::linux::refresh_waiting(FIRST_START_WAIT);
+        wipe_ring_on_fork();
         prefault_ring();
     }
     Ok(())
 }
+
+/// How long the first start's refresh waits for walks on the table it
+/// reuses: walks take microseconds; a guard held longer makes it give up.
+const FIRST_START_WAIT: core::time::Duration = core::time::Duration::from_millis(20);
 
 /// Has [`forget_samples_in_child`] run after every `fork`. Called by
 /// [`crate::init`] and whatever starts the SIGPROF handler, so that a
@@ -457,6 +466,31 @@ fn prefault_ring() {
         rewrite(&slot.lap);
     }
     rewrite(&RING.next);
+    rewrite(&RING.read);
+    for c in [&RING.taken, &RING.dropped, &RING.missed, &RING.handler_ns] {
+        let v = c.load(Relaxed);
+        let _ = c.compare_exchange(v, v, Relaxed, Relaxed);
+    }
+}
+
+/// Has the kernel give a fork child a zeroed ring instead of sharing its
+/// pages. Shared, they turn copy-on-write at every `fork` (a `Command`
+/// with `pre_exec`, a forking server), and the parent's samples fault them
+/// in again one by one, inside the handler, undoing [`prefault_ring`].
+/// The child's ring starts empty anyway ([`forget_samples_in_child`]), and
+/// all zeros is the empty ring (`RING`'s initial value). Linux 4.14 and
+/// later (`MADV_WIPEONFORK`); on an older kernel the pages stay shared.
+fn wipe_ring_on_fork() {
+    // SAFETY: `RING` is page-aligned and a whole number of pages, in the
+    // program's zero-initialised (anonymous) data; the advice changes no
+    // byte of it in this process.
+    unsafe {
+        libc::madvise(
+            (&raw const RING).cast_mut().cast(),
+            core::mem::size_of::<Ring>(),
+            libc::MADV_WIPEONFORK,
+        )
+    };
 }
 
 // What `prefault_ring` relies on: slots smaller than a page, each

@@ -804,6 +804,12 @@ fn system_trampoline(table: &mut Table, _installed: &[u64]) {
 /// Rebuilds the module table from the loader's list. Call after loading or
 /// unloading libraries; never from a signal handler.
 pub fn refresh() -> Result<u64, RefreshError> {
+    refresh_waiting(modules::REFRESH_WAIT)
+}
+
+/// [`refresh`], waiting at most `wait` for walks and guards on the table it
+/// reuses (see [`modules::REFRESH_WAIT`]).
+pub(crate) fn refresh_waiting(wait: core::time::Duration) -> Result<u64, RefreshError> {
     // Where this kernel's user space ends, for stripping signatures from
     // return addresses: the file name the kernel put at the top of the
     // initial stack lies there.
@@ -831,6 +837,7 @@ pub fn refresh() -> Result<u64, RefreshError> {
         c""
     };
     modules::refresh_with(
+        wait,
         |new, old| {
             let mut deps = Deps::new();
             // SAFETY: getauxval only reads the auxiliary vector.

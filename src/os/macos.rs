@@ -328,6 +328,7 @@ pub fn refresh() -> Result<u64, RefreshError> {
         let (n, left_out) = list_images(&mut images);
         let mut stale = false;
         let generation = modules::refresh_with(
+            modules::REFRESH_WAIT,
             |new, old| {
                 if CHANGES.load(SeqCst) != seen {
                     // An image came or went after the list was read: its
@@ -401,6 +402,7 @@ extern "C" fn on_add_image(mh: *const c_void, _slide: isize) {
     // and with it the name dladdr points at.
     let name = name_bytes(image_name(mh));
     let _ = modules::refresh_with(
+        modules::REFRESH_WAIT,
         |new, old| {
             carry_over(new, old, Some(mh));
             if let Some(m) = image_module(mh, name, old) {
@@ -420,6 +422,7 @@ extern "C" fn on_remove_image(mh: *const c_void, _slide: isize) {
     REMOVED.insert(mh);
     CHANGES.fetch_add(1, SeqCst);
     let _ = modules::refresh_with(
+        modules::REFRESH_WAIT,
         |new, old| carry_over(new, old, Some(mh)),
         |m| release_copy(m.sframe_copy),
     );
