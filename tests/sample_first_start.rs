@@ -4,7 +4,7 @@
 
 #![cfg(target_os = "linux")]
 
-use std::sync::{Arc, Barrier};
+mod common;
 
 use stackmark::sample::ThreadTimer;
 
@@ -12,20 +12,7 @@ use stackmark::sample::ThreadTimer;
 fn threads_starting_their_first_timers_together_rebuild_the_table_once() {
     stackmark::init().unwrap();
     let before = stackmark::modules::current().unwrap().generation();
-    let n = 4;
-    let barrier = Arc::new(Barrier::new(n));
-    let workers: Vec<_> = (0..n)
-        .map(|_| {
-            let b = barrier.clone();
-            std::thread::spawn(move || {
-                b.wait();
-                drop(ThreadTimer::start(100).unwrap());
-            })
-        })
-        .collect();
-    for w in workers {
-        w.join().unwrap();
-    }
+    common::together(4, || drop(ThreadTimer::start(100).unwrap()));
     let after = stackmark::modules::current().unwrap().generation();
-    assert_eq!(after, before + 1, "one rebuild for {n} first starts");
+    assert_eq!(after, before + 1, "one rebuild for 4 first starts");
 }

@@ -4,7 +4,8 @@
 
 #![cfg(target_os = "linux")]
 
-use std::sync::{Arc, Barrier};
+mod common;
+
 use std::time::Instant;
 
 use stackmark::modules::REFRESH_WAIT;
@@ -18,20 +19,11 @@ fn a_first_start_behind_a_held_guard_waits_for_no_one_and_is_not_retried() {
     let held = stackmark::modules::current().unwrap();
     stackmark::refresh().unwrap();
     let generation = stackmark::modules::current().unwrap().generation();
-    let n = 4;
-    let barrier = Arc::new(Barrier::new(n));
-    let workers: Vec<_> = (0..n)
-        .map(|_| {
-            let b = barrier.clone();
-            std::thread::spawn(move || {
-                b.wait();
-                let t = Instant::now();
-                drop(ThreadTimer::start(100).unwrap());
-                t.elapsed()
-            })
-        })
-        .collect();
-    let took: Vec<_> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+    let took = common::together(4, || {
+        let t = Instant::now();
+        drop(ThreadTimer::start(100).unwrap());
+        t.elapsed()
+    });
     // A start that waited for the guard took the full refresh wait.
     assert!(took.iter().all(|t| *t < REFRESH_WAIT), "{took:?}");
     drop(held);

@@ -6,18 +6,10 @@
 
 #![cfg(target_os = "linux")]
 
-use stackmark::sample;
+mod common;
 
-/// A sample of the calling thread, through the handler's own path.
-fn record_here() {
-    // SAFETY: getcontext fills `uc` with this thread's context, which
-    // `record` walks as a signal handler's would be.
-    unsafe {
-        let mut uc: libc::ucontext_t = core::mem::zeroed();
-        libc::getcontext(&mut uc);
-        sample::record((&uc as *const libc::ucontext_t).cast());
-    }
-}
+use common::record_here;
+use stackmark::sample;
 
 #[test]
 fn init_alone_readies_the_ring_for_fork() {

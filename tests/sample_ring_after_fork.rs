@@ -6,17 +6,10 @@
 
 #![cfg(target_os = "linux")]
 
-use stackmark::sample;
+mod common;
 
-fn record_here() {
-    // SAFETY: getcontext fills `uc` with this thread's context, which
-    // `record` walks as a signal handler's would be.
-    unsafe {
-        let mut uc: libc::ucontext_t = core::mem::zeroed();
-        libc::getcontext(&mut uc);
-        sample::record((&uc as *const libc::ucontext_t).cast());
-    }
-}
+use common::record_here;
+use stackmark::sample;
 
 /// Minor page faults this thread has taken.
 fn faults() -> i64 {

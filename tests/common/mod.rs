@@ -144,6 +144,35 @@ pub fn tid() -> i32 {
     unsafe { libc::syscall(libc::SYS_gettid) as i32 }
 }
 
+/// Records a sample of the calling thread through the SIGPROF handler's own
+/// path (`sample::record` on a `ucontext`).
+#[cfg(target_os = "linux")]
+pub fn record_here() {
+    // SAFETY: getcontext fills `uc` with this thread's context, which
+    // `record` walks as a signal handler's would be.
+    unsafe {
+        let mut uc: libc::ucontext_t = core::mem::zeroed();
+        libc::getcontext(&mut uc);
+        stackmark::sample::record((&uc as *const libc::ucontext_t).cast());
+    }
+}
+
+/// Runs `f` on `n` new threads that start it together (at a barrier), and
+/// returns what each gave.
+pub fn together<T: Send + 'static>(n: usize, f: fn() -> T) -> Vec<T> {
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(n));
+    let threads: Vec<_> = (0..n)
+        .map(|_| {
+            let b = barrier.clone();
+            std::thread::spawn(move || {
+                b.wait();
+                f()
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
 /// Where cargo puts the examples built beside this test binary:
 /// target/<triple>/debug/deps/<test>-... -> target/<triple>/debug/examples.
 pub fn examples_dir() -> std::path::PathBuf {
