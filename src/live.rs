@@ -155,10 +155,8 @@ pub fn walk_here(out: &mut [Frame]) -> usize {
 #[inline(always)]
 pub fn capture_here() -> (Regs, bool) {
     let mut regs = capture();
-    let ra = Native::pc(&regs);
     // SAFETY: `regs` comes straight from `capture`.
-    let precise =
-        unsafe { crate::arch::native::call_site(&mut regs, |slot| read_got_slot(ra, slot)) };
+    let precise = unsafe { crate::arch::native::call_site(&mut regs, read_got_slot) };
     (regs, precise)
 }
 

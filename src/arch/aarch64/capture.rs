@@ -48,7 +48,7 @@ pub fn capture() -> Regs {
 /// `regs` must be what [`capture`] returned, unchanged: its pc is then a
 /// return address into code that is running, so the 8 bytes before it are
 /// mapped. Any other pc may make this read unmapped memory.
-pub unsafe fn call_site(regs: &mut Regs, read_slot: impl FnOnce(u64) -> Option<u64>) -> bool {
+pub unsafe fn call_site(regs: &mut Regs, read_slot: impl FnOnce(u64, u64) -> Option<u64>) -> bool {
     let _ = read_slot;
     use crate::arch::Arch;
     let ra = regs.pc;

@@ -48,8 +48,9 @@ pub fn capture() -> Regs {
 /// opcode, inside the same instruction. Returns whether the pc was moved;
 /// if not it stays a return address.
 ///
-/// `read_slot` reads the 8-byte GOT slot a `call [rip + disp32]` names, or
-/// gives `None` if it cannot tell that the slot is mapped: the bytes before
+/// `read_slot(ra, slot)` reads the 8-byte GOT slot a `call [rip + disp32]`
+/// before the return address `ra` names, or gives `None` if it cannot tell
+/// that the slot is mapped: the bytes before
 /// the pc may only look like such a call (a register call `ff d3` after an
 /// instruction that ends in `ff 15`), and then the slot is any address at
 /// all.
@@ -58,7 +59,7 @@ pub fn capture() -> Regs {
 /// `regs` must be what [`capture`] returned, unchanged: its pc is then a
 /// return address into code that is running, so the 6 bytes before it are
 /// mapped. Any other pc may make this read unmapped memory.
-pub unsafe fn call_site(regs: &mut Regs, read_slot: impl FnOnce(u64) -> Option<u64>) -> bool {
+pub unsafe fn call_site(regs: &mut Regs, read_slot: impl FnOnce(u64, u64) -> Option<u64>) -> bool {
     let ra = regs.rip;
     let target = capture_into as *const () as u64;
     if ra < 6 {
@@ -76,7 +77,7 @@ pub unsafe fn call_site(regs: &mut Regs, read_slot: impl FnOnce(u64) -> Option<u
     let start = if code[1] == 0xe8 && ra.wrapping_add(disp as u64) == target {
         ra - 5
     } else if code[0] == 0xff && code[1] == 0x15 {
-        if read_slot(ra.wrapping_add(disp as u64)) != Some(target) {
+        if read_slot(ra, ra.wrapping_add(disp as u64)) != Some(target) {
             return false;
         }
         ra - 6
@@ -91,7 +92,7 @@ pub unsafe fn call_site(regs: &mut Regs, read_slot: impl FnOnce(u64) -> Option<u
 mod tests {
     use super::*;
 
-    fn checked(slot: u64) -> Option<u64> {
+    fn checked(_ra: u64, slot: u64) -> Option<u64> {
         let mut word = [0u8; 8];
         crate::os::read_checked(slot, &mut word).then(|| u64::from_le_bytes(word))
     }
