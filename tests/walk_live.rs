@@ -332,6 +332,9 @@ fn walk_through_own_restorer(restorer: u64) {
         restorer,
         "the frame before the signal frame is the restorer"
     );
+    // Exact: looked up a byte early, it would name the function before.
+    let name = names(&own[i - 1..i]).remove(0);
+    assert!(name.starts_with("sm_restorer_after"), "{name}");
 }
 
 /// Raises SIGUSR1 under a handler installed with `flags` and checks both

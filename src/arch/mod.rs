@@ -125,6 +125,11 @@ pub trait Arch: Copy + core::fmt::Debug {
     /// address.
     fn ends_with_call(code: &[u8; 8]) -> bool;
 
+    /// Where the direct call (`call rel32`, `bl`) that ends the bytes
+    /// before `ra` goes; `None` for any other instruction. `code` holds the
+    /// 8 bytes ending at `ra`.
+    fn direct_call_target(code: &[u8; 8], ra: u64) -> Option<u64>;
+
     /// Removes pointer-authentication bits from a return address (no-op where
     /// the architecture has none).
     fn strip_pac(addr: u64) -> u64;

@@ -54,8 +54,10 @@ pub struct Frame {
     pub pc: u64,
     /// The stack pointer in this frame.
     pub sp: u64,
-    /// `true` for frame 0 and for a frame interrupted by a signal: `pc` is the
-    /// instruction itself (markup `:pc`). `false` for a return address (`:ra`).
+    /// `true` for frame 0, for a frame interrupted by a signal, and for a
+    /// signal trampoline the walk crossed (the kernel, not a call, left its
+    /// address): `pc` is the instruction itself (markup `:pc`). `false` for
+    /// a return address (`:ra`).
     pub precise: bool,
     /// How this frame was found.
     pub method: Method,
@@ -628,9 +630,12 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
     /// the CFA: that sp is tried first. Otherwise (code without frame
     /// records, such as C built without frame pointers) each higher stack
     /// slot is tried as the sp, and the first whose return address follows
-    /// a call is taken. Both apply the function's own row, so the frame is
-    /// an SFrame one; marking the search's frames as scans would also end
-    /// walks through three such functions in a row.
+    /// a call is taken: first a direct call to this very function, then any
+    /// call (an indirect one, or one through a PLT stub). A stale return
+    /// address left lower in the stack (in the callee's locals, say) seldom
+    /// follows a direct call to this function. Both apply the function's
+    /// own row, so the frame is an SFrame one; marking the search's frames
+    /// as scans would also end walks through three such functions in a row.
     fn step_sframe_inexact_sp(&self, row: &Row, cur: &Frame) -> Option<A::Regs> {
         const SEARCH_WORDS: u64 = 64;
         let lowest = A::sp(&self.regs);
@@ -646,9 +651,21 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
                 .filter(|&sp| sp >= lowest && sp - lowest < SEARCH_WORDS * 8),
             _ => None,
         };
+        let calls_this = |next: &A::Regs| {
+            let (ra, mut before) = (A::pc(next), [0u8; 8]);
+            ra >= 8
+                && self.code.read_code(ra - 8, &mut before)
+                && A::direct_call_target(&before, ra) == Some(row.func_start)
+        };
+        let search = |only_direct: bool| {
+            (0..SEARCH_WORDS).find_map(|k| {
+                try_sp(lowest.checked_add(k * 8)?).filter(|next| !only_direct || calls_this(next))
+            })
+        };
         from_record
             .and_then(try_sp)
-            .or_else(|| (0..SEARCH_WORDS).find_map(|k| try_sp(lowest.checked_add(k * 8)?)))
+            .or_else(|| search(true))
+            .or_else(|| search(false))
     }
 
     /// Returns frames into `out` for as long as the hot path finds their
@@ -958,7 +975,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
     /// step.
     fn next_general(&mut self) -> Option<Frame> {
         self.next_hot = None;
-        let cur = self.pending.take()?;
+        let mut cur = self.pending.take()?;
         if self.opts.max_depth == 0 {
             self.stop = StopReason::DepthLimit;
             return None;
@@ -970,6 +987,11 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
         }
         match self.step(&cur) {
             Ok((regs, method, precise)) => {
+                // A signal frame was found at a trampoline, whose address
+                // the kernel put where a return address goes: no call did,
+                // so it is the instruction itself (the byte before it is
+                // another function's, or padding).
+                cur.precise |= method == Method::SignalFrame;
                 self.regs = regs;
                 self.scans_in_a_row = if method == Method::Scan {
                     self.scans_in_a_row + 1

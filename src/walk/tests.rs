@@ -429,10 +429,39 @@ fn x86_64_signal_frame_restores_the_interrupted_registers_from_the_ucontext() {
     code.trampoline = Some(tramp);
     let (frames, _) = walk::<X86_64>(x86(CODE + 0x10, STACK, 0), true, &st, code);
     assert_eq!(frames[1].pc, tramp);
+    // No call left the trampoline's address: it is exact, or it would
+    // symbolize as the byte before it.
+    assert!(frames[1].precise);
     assert_eq!(frames[2].pc, CODE + 0x42);
     assert_eq!(frames[2].sp, STACK + 0x100);
     assert_eq!(frames[2].method, Method::SignalFrame);
     assert!(frames[2].precise);
+}
+
+#[test]
+fn aarch64_a_handler_returning_to_the_trampoline_gives_it_as_an_exact_pc() {
+    use aarch64::sigframe_offsets as o;
+    // A leaf handler: its return address, the trampoline, still in lr.
+    let tramp = CODE + 0x300;
+    let mut words = vec![0u64; 112];
+    words[(o::PC / 8) as usize] = CODE + 0x40;
+    words[(o::SP / 8) as usize] = STACK + 0x400;
+    let st = stack(&words);
+    let leaf = row(CfaRule::SpPlus(0), RegRule::SameValue, RegRule::SameValue);
+    let mut code = Fake::a64().row(CODE, CODE + 0x100, leaf);
+    code.trampoline = Some(tramp);
+    let (frames, _) = walk::<Aarch64>(a64(CODE + 0x10, STACK, 0, tramp), true, &st, code);
+    let f = |i: usize| frames.get(i).map(|f| (f.pc, f.precise, f.method));
+    assert_eq!(
+        f(1).map(|(pc, precise, _)| (pc, precise)),
+        Some((tramp, true)),
+        "{frames:x?}"
+    );
+    assert_eq!(
+        f(2),
+        Some((CODE + 0x40, true, Method::SignalFrame)),
+        "{frames:x?}"
+    );
 }
 
 #[test]
@@ -897,6 +926,69 @@ fn aarch64_an_inexact_sp_is_fixed_by_the_frame_record_the_chain_points_at() {
         (CODE + 0x3f8, Method::SFrame),
         "{frames:x?}"
     );
+}
+
+#[test]
+fn aarch64_the_slot_search_prefers_a_return_address_after_a_direct_call_to_the_function() {
+    // As above, without F1's frame record: the stale return address at
+    // STACK+0x48 follows a call too, but the one at STACK+0x58 follows a
+    // `bl` to F1 itself, and wins.
+    let mut f1 = row(CfaRule::SpPlus(32), RegRule::AtCfa(-8), RegRule::SameValue);
+    f1.func_start = CODE + 0x100;
+    let mut code = Fake::a64().row(CODE + 0x100, CODE + 0x200, f1);
+    let call = |at: u64, to: u64| {
+        let words = (to.wrapping_sub(at) as i64 / 4) as u32 & 0x03ff_ffff;
+        (0x9400_0000 | words).to_le_bytes()
+    };
+    let at = 0x204usize;
+    code.code[at..at + 4].copy_from_slice(&call(CODE + 0x204, CODE + 0x100));
+    let mut before = [0u8; 8];
+    assert!(code.read_code(CODE + 0x200, &mut before));
+    assert_eq!(
+        Aarch64::direct_call_target(&before, CODE + 0x208),
+        Some(CODE + 0x100)
+    );
+    let mut w = [0u64; 16];
+    w[0x20 / 8] = STACK + 0x50;
+    w[0x28 / 8] = CODE + 0x104;
+    w[0x48 / 8] = CODE + 0x3f8;
+    w[0x58 / 8] = CODE + 0x208;
+    let opts = WalkOptions {
+        scan_words: 0,
+        ..Default::default()
+    };
+    let regs = a64(CODE + 0x10, STACK, STACK + 0x20, 0);
+    let (frames, _) = walk_with::<Aarch64>(regs, true, &stack(&w), code, opts);
+    assert_eq!(
+        (frames[2].pc, frames[2].sp, frames[2].method),
+        (CODE + 0x208, STACK + 0x60, Method::SFrame),
+        "{frames:x?}"
+    );
+}
+
+#[test]
+fn direct_call_targets_are_decoded_on_both_architectures() {
+    // x86_64: `call rel32` ending at the return address, and a `call *%rax`.
+    let ra = 0x1000u64;
+    let rel = (-0x100i32).to_le_bytes();
+    let code = [0x90, 0x90, 0x90, 0xe8, rel[0], rel[1], rel[2], rel[3]];
+    assert_eq!(X86_64::direct_call_target(&code, ra), Some(0xf00));
+    assert_eq!(X86_64::direct_call_target(&[0x90; 8], ra), None);
+    let code = [0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0xff, 0xd0];
+    assert_eq!(X86_64::direct_call_target(&code, ra), None);
+    // AArch64: `bl` backwards and forwards, and a `blr x0`.
+    let bl = |words: i32| (0x9400_0000 | (words as u32 & 0x03ff_ffff)).to_le_bytes();
+    let with = |insn: [u8; 4]| [0, 0, 0, 0, insn[0], insn[1], insn[2], insn[3]];
+    assert_eq!(
+        Aarch64::direct_call_target(&with(bl(-0x40)), ra),
+        Some(0xffc - 0x100)
+    );
+    assert_eq!(
+        Aarch64::direct_call_target(&with(bl(0x40)), ra),
+        Some(0xffc + 0x100)
+    );
+    let blr = 0xd63f_0000u32.to_le_bytes();
+    assert_eq!(Aarch64::direct_call_target(&with(blr), ra), None);
 }
 
 #[test]

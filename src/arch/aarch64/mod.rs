@@ -258,6 +258,14 @@ impl Arch for Aarch64 {
             || insn & 0xfeff_f800 == 0xd63f_0800 // blraa(z)/blrab(z)
     }
 
+    fn direct_call_target(c: &[u8; 8], ra: u64) -> Option<u64> {
+        let insn = u32::from_le_bytes([c[4], c[5], c[6], c[7]]);
+        // imm26, in words, signed: shifted to the top and back down.
+        let words = i64::from(((insn << 6) as i32) >> 6);
+        (insn & 0xfc00_0000 == 0x9400_0000)
+            .then(|| ra.wrapping_sub(4).wrapping_add((words * 4) as u64))
+    }
+
     fn strip_pac(addr: u64) -> u64 {
         strip_pac(addr)
     }

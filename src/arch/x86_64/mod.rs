@@ -174,6 +174,11 @@ impl Arch for X86_64 {
         }
     }
 
+    fn direct_call_target(c: &[u8; 8], ra: u64) -> Option<u64> {
+        let disp = i32::from_le_bytes([c[4], c[5], c[6], c[7]]);
+        (c[3] == 0xe8).then(|| ra.wrapping_add(i64::from(disp) as u64))
+    }
+
     /// Recognises `call rel32` (`e8`), and `call r/m64` (`ff /2`) in its
     /// register, register-indirect, disp8 and disp32 forms, with or without a
     /// REX prefix or SIB byte.
