@@ -241,6 +241,9 @@ struct SendState {
     started: bool,
     /// Whether a write failed.
     failed: bool,
+    /// Whether what went out last left a line open (no newline at its
+    /// end): a long line leaves in several pieces.
+    mid_line: bool,
 }
 
 /// Hands `bytes` for `fd` to `emit`, first ending a line an earlier
@@ -259,14 +262,23 @@ fn send(
         state.started = true;
         let cut = CUT_MID_LINE.compare_exchange(fd, -1, Relaxed, Relaxed);
         if cut.is_ok() && emit(b"\n").is_err() {
+            // Still cut (a newline is one byte: none of it went out).
+            CUT_MID_LINE.store(fd, Relaxed);
             state.failed = true;
             return;
         }
     }
-    if let Err(sent) = emit(bytes) {
-        state.failed = true;
-        if sent > 0 && bytes[sent - 1] != b'\n' {
-            CUT_MID_LINE.store(fd, Relaxed);
+    match emit(bytes) {
+        Ok(()) => state.mid_line = bytes[bytes.len() - 1] != b'\n',
+        Err(sent) => {
+            state.failed = true;
+            let open = match sent {
+                0 => state.mid_line,
+                _ => bytes[sent - 1] != b'\n',
+            };
+            if open {
+                CUT_MID_LINE.store(fd, Relaxed);
+            }
         }
     }
 }
@@ -351,6 +363,38 @@ mod tests {
         let next = report(fd, &[b"{{{reset}}}\n"], 0, 0);
         assert_eq!(next, [&b"\n"[..], b"{{{reset}}}\n"]);
         assert_eq!(report(fd, &[b"{{{reset}}}\n"], 0, 0), [b"{{{reset}}}\n"]);
+    }
+
+    #[test]
+    fn a_long_line_cut_between_its_pieces_is_ended_before_the_next_sinks_first_line() {
+        let fd = -104;
+        let mut emitted: Vec<Vec<u8>> = Vec::new();
+        {
+            // The first piece goes out; the next fails before any byte.
+            let mut emit = |b: &[u8]| {
+                if emitted.len() == 1 {
+                    return Err(0);
+                }
+                emitted.push(b.to_vec());
+                Ok(())
+            };
+            let mut sink = FdSink::new(fd);
+            // A line longer than the buffer, in free text's 64-byte pieces.
+            for _ in 0..20 {
+                sink.write_with(&[b'm'; 64], &mut emit);
+            }
+            sink.write_with(b"\n", &mut emit);
+            sink.flush_with(&mut emit);
+            assert!(sink.failed());
+        }
+        assert_eq!(emitted.len(), 1);
+        assert_ne!(emitted[0].last(), Some(&b'\n'));
+        let next = report(fd, &[b"{{{reset}}}\n"], 0, 0);
+        assert_eq!(
+            next,
+            [&b"\n"[..], b"{{{reset}}}\n"],
+            "glued to the cut line"
+        );
     }
 
     #[test]
