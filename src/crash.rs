@@ -305,6 +305,11 @@ pub fn install_altstack() -> Result<(), CrashError> {
 ///
 /// [`CrashError::Refresh`] means the handlers are in place but the module
 /// table could not be rebuilt; calling again retries that.
+///
+/// After a report the handlers that were there before are put back and the
+/// signal takes its course. Should one of them recover (a runtime that
+/// handles its own faults), the process goes on without ours: calling
+/// this again installs them again.
 pub fn install_crash_handler() -> Result<(), CrashError> {
     install(None)
 }
@@ -355,7 +360,11 @@ fn install_handlers() -> Result<(), CrashError> {
         for (i, &sig) in CRASH_SIGNALS.iter().enumerate() {
             let mut sa: libc::sigaction = core::mem::zeroed();
             sa.sa_sigaction = on_crash as *const () as usize;
-            sa.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+            // `SA_NODEFER`: the signal handled stays open too, so a fault
+            // inside the report enters the handler again, which puts the
+            // earlier handlers back; blocked, the kernel would kill the
+            // process without running them.
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_NODEFER;
             // Every other signal waits until the handler is done: only the
             // report runs on the crash stack, and a profiler's SIGPROF
             // landing on a thread's small alternate stack on top of the
@@ -468,17 +477,28 @@ fn asynchronous_fault(_sig: c_int, _code: c_int) -> bool {
 fn restore_and_reraise(sig: c_int, info: *const libc::siginfo_t) {
     // SAFETY: `info` is the kernel's siginfo for this signal.
     let code = unsafe { (*info).si_code };
-    // SAFETY: `previous` was filled at install; sigaction and tgkill are
-    // async-signal-safe. The signal stays blocked until the handler
-    // returns, so a resent one is delivered then, under the restored
-    // disposition.
+    // SAFETY: `previous` was filled at install; sigaction and
+    // pthread_sigmask are async-signal-safe.
     unsafe {
         let previous = &*SHARED.previous.get();
         for (i, &s) in CRASH_SIGNALS.iter().enumerate() {
             libc::sigaction(s, &previous[i], core::ptr::null_mut());
         }
     }
+    // Ours are gone: should a restored handler recover, installing again
+    // puts them back.
+    INSTALLED.store(false, SeqCst);
     if !fault_recurs(sig, code) {
+        // Blocked until the handler returns (`SA_NODEFER` left it open),
+        // so the signal sent again is delivered then, under the restored
+        // disposition, with the interrupted thread's mask.
+        // SAFETY: a valid set, built here; async-signal-safe calls.
+        unsafe {
+            let mut set: libc::sigset_t = core::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, sig);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, core::ptr::null_mut());
+        }
         raise_here(sig, info);
     }
 }

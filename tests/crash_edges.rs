@@ -374,3 +374,67 @@ fn a_signal_sent_again_carries_its_own_siginfo_to_the_handler_installed_before_o
     );
     assert_eq!(status.code(), Some(42), "{status:?}: {err}");
 }
+
+/// A handler installed before ours recovers from a fault we reported: the
+/// process goes on, and installing again re-arms ours for the next crash.
+#[test]
+fn after_an_earlier_handler_recovers_installing_again_reports_the_next_crash() {
+    if scenario().is_some() {
+        // SAFETY: a fresh read-only page; the write below faults once, and
+        // the earlier handler makes the page writable.
+        let page = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                4096,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(page, libc::MAP_FAILED);
+        PAGE.store(page as usize, std::sync::atomic::Ordering::SeqCst);
+        install_before(libc::SIGSEGV, make_page_writable);
+        stackmark::crash::install_crash_handler_to_fd(2).unwrap();
+        // SAFETY: the page mapped above; recovered by make_page_writable.
+        unsafe { std::hint::black_box(page.cast::<u64>()).write_volatile(1) };
+        eprintln!("recovered, going on");
+        stackmark::crash::install_crash_handler_to_fd(2).unwrap();
+        std::process::abort();
+    }
+    let (status, err) = run(
+        "after_an_earlier_handler_recovers_installing_again_reports_the_next_crash",
+        "recovered-then-abort",
+    );
+    assert_eq!(status.signal(), Some(libc::SIGABRT), "{status:?}: {err}");
+    assert!(err.contains("fatal signal 11 (SIGSEGV)"), "{err}");
+    assert!(err.contains("recovered, going on"), "{err}");
+    assert!(
+        err.contains("fatal signal 6 (SIGABRT)"),
+        "not reported:\n{err}"
+    );
+}
+
+extern "C" fn exit_42(_: i32, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // SAFETY: _exit is async-signal-safe.
+    unsafe { libc::_exit(42) };
+}
+
+/// A fault inside the report (the same signal as the crash) ends the way
+/// the process would have ended without us: in the handler installed
+/// before ours (another crash reporter, say).
+#[test]
+fn a_fault_inside_the_report_still_reaches_the_handler_installed_before_ours() {
+    if scenario().is_some() {
+        install_before(libc::SIGSEGV, exit_42);
+        stackmark::crash::install_crash_handler_to_fd(2).unwrap();
+        stackmark::crash::corrupt_for_test();
+        write_through_null();
+        std::process::exit(3);
+    }
+    let (status, err) = run(
+        "a_fault_inside_the_report_still_reaches_the_handler_installed_before_ours",
+        "nested-chain",
+    );
+    assert_eq!(status.code(), Some(42), "{status:?}: {err}");
+}
