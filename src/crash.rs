@@ -212,7 +212,7 @@ impl Drop for OwnAltstack {
         unsafe {
             let mut cur: libc::stack_t = core::mem::zeroed();
             if libc::sigaltstack(core::ptr::null(), &mut cur) == 0
-                && cur.ss_sp as usize == p + ALTSTACK_GUARD
+                && cur.ss_sp as usize == p + altstack_guard()
             {
                 let off = libc::stack_t {
                     ss_sp: core::ptr::null_mut(),
@@ -228,8 +228,15 @@ impl Drop for OwnAltstack {
     }
 }
 
-/// The guard page below an alternate stack.
-const ALTSTACK_GUARD: usize = 4096;
+/// The guard page below an alternate stack: a whole page of the system's
+/// (16 KiB on Apple silicon, up to 64 KiB on AArch64 Linux), since
+/// `mprotect` covers whole pages, and a 4 KiB guard would take the rest of
+/// its page from the stack.
+fn altstack_guard() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(page).map_or(4096, |p| p.max(4096))
+}
 
 /// Unmaps an alternate stack that [`install_altstack`] mapped at `p`, with
 /// its guard page.
@@ -239,7 +246,7 @@ const ALTSTACK_GUARD: usize = 4096;
 unsafe fn unmap_altstack(p: usize) {
     // SAFETY: the whole mapping install_altstack made, unused by the
     // caller's contract.
-    unsafe { libc::munmap(p as *mut c_void, ALTSTACK_SIZE + ALTSTACK_GUARD) };
+    unsafe { libc::munmap(p as *mut c_void, ALTSTACK_SIZE + altstack_guard()) };
 }
 
 /// Gives the calling thread an alternate signal stack of [`ALTSTACK_SIZE`]
@@ -263,7 +270,7 @@ pub fn install_altstack() -> Result<(), CrashError> {
         }
         let p = libc::mmap(
             core::ptr::null_mut(),
-            ALTSTACK_SIZE + ALTSTACK_GUARD,
+            ALTSTACK_SIZE + altstack_guard(),
             libc::PROT_READ | libc::PROT_WRITE,
             MAP_FLAGS,
             -1,
@@ -272,9 +279,9 @@ pub fn install_altstack() -> Result<(), CrashError> {
         if p == libc::MAP_FAILED {
             return Err(CrashError::Os(std::io::Error::last_os_error()));
         }
-        libc::mprotect(p, ALTSTACK_GUARD, libc::PROT_NONE);
+        libc::mprotect(p, altstack_guard(), libc::PROT_NONE);
         let ss = libc::stack_t {
-            ss_sp: p.cast::<u8>().add(ALTSTACK_GUARD).cast(),
+            ss_sp: p.cast::<u8>().add(altstack_guard()).cast(),
             ss_flags: 0,
             ss_size: ALTSTACK_SIZE,
         };
@@ -679,6 +686,13 @@ fn kernel_without_address(code: c_int) -> bool {
     cfg!(target_os = "linux") && code == SI_KERNEL
 }
 
+/// Whether a SIGTRAP's code is the one x86_64's `int3` gives: Linux's
+/// `SI_KERNEL`; on macOS `TRAP_BRKPT` (1), with the pc past it as well.
+fn int3_code(code: c_int) -> bool {
+    const TRAP_BRKPT: c_int = 1;
+    kernel_without_address(code) || (cfg!(target_os = "macos") && code == TRAP_BRKPT)
+}
+
 /// The name of a signal this handler reports.
 pub fn signal_name(sig: c_int) -> &'static str {
     match sig {
@@ -771,9 +785,7 @@ unsafe fn report(
             // After x86_64's `int3` the pc is already past it, like a
             // return address: frame 0 is looked up one byte back, in the
             // function the breakpoint is in, and written as `:ra`.
-            let past = cfg!(target_arch = "x86_64")
-                && sig == libc::SIGTRAP
-                && kernel_without_address(code);
+            let past = cfg!(target_arch = "x86_64") && sig == libc::SIGTRAP && int3_code(code);
             let (n, more) = crate::live::walk_for_report(regs, !past, frames);
             m.backtrace(table.modules(), &frames[..n], Scope::TraceModules);
             (n, more)
@@ -820,6 +832,34 @@ mod tests {
             wait_for_other_reports(&pending, &owner);
             assert!(done.load(SeqCst), "the process would die mid-report");
         });
+    }
+
+    #[test]
+    fn an_int3_is_told_by_the_code_its_system_gives() {
+        assert!(int3_code(0x80) == cfg!(target_os = "linux"));
+        assert!(int3_code(1) == cfg!(target_os = "macos"));
+        assert!(!int3_code(0));
+    }
+
+    #[test]
+    fn the_altstack_guard_is_a_whole_page_of_the_system() {
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        assert_eq!(altstack_guard(), page.max(4096));
+        // On a thread of its own: the test harness's has std's stack.
+        let ss = std::thread::spawn(|| {
+            install_altstack().unwrap();
+            // SAFETY: only reports the current alternate stack.
+            unsafe {
+                let mut ss: libc::stack_t = core::mem::zeroed();
+                assert_eq!(libc::sigaltstack(core::ptr::null(), &mut ss), 0);
+                (ss.ss_sp as usize, ss.ss_size)
+            }
+        })
+        .join()
+        .unwrap();
+        // The stack starts right above the guard, on a page boundary.
+        assert_eq!((ss.0 % page, ss.1), (0, ALTSTACK_SIZE), "{ss:x?}");
     }
 
     #[test]

@@ -505,8 +505,10 @@ pub unsafe fn regs_from_ucontext(uc: *const c_void) -> crate::arch::x86_64::Regs
     }
 }
 
-/// The interrupted registers in a Darwin arm64 `ucontext_t`; pc and lr are
-/// stripped of pointer-authentication bits.
+/// The interrupted registers in a Darwin arm64 `ucontext_t`, stripped of
+/// pointer-authentication bits: for an arm64e process the kernel signs sp
+/// and fp in a signal's context as well as pc and lr (user addresses lie
+/// below the bits it signs, so stripping an unsigned one changes nothing).
 ///
 /// # Safety
 /// `uc` must point to a valid `ucontext_t`.
@@ -518,8 +520,8 @@ pub unsafe fn regs_from_ucontext(uc: *const c_void) -> crate::arch::aarch64::Reg
     x19_x28.copy_from_slice(&m.x[19..29]);
     crate::arch::aarch64::Regs {
         pc: crate::arch::aarch64::strip_pac(m.pc),
-        sp: m.sp,
-        fp: m.fp,
+        sp: crate::arch::aarch64::strip_pac(m.sp),
+        fp: crate::arch::aarch64::strip_pac(m.fp),
         lr: crate::arch::aarch64::strip_pac(m.lr),
         x19_x28,
     }
