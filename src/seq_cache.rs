@@ -238,13 +238,16 @@ mod tests {
         // SIGUSR2, which only this test sends; as often as it can.
         let torn =
             crate::os::signalled_while(libc::SIGUSR2, on_signal, std::time::Duration::ZERO, || {
-                // A million rounds, and on until the handler has run often
-                // (the sender may start late on a busy machine).
-                for i in 0..200_000_000u64 {
+                // A million rounds, and on until the handler has run often:
+                // on a busy machine the sender may get little time. Bounded
+                // in time, not rounds, so that it waits long enough.
+                let give_up = std::time::Instant::now() + std::time::Duration::from_secs(120);
+                for i in 0u64.. {
                     SIG.put(KEY, 5, [i; 4]);
                     match SIG.get(KEY, 5) {
                         Some(w) if w.iter().any(|&x| x != w[0]) => return Some(w),
                         _ if i >= 1_000_000 && RUNS.load(Relaxed) >= 10_000 => break,
+                        _ if i % 65_536 == 0 && std::time::Instant::now() > give_up => break,
                         _ => {}
                     }
                 }
