@@ -322,24 +322,30 @@ fn install_before(sig: i32, handler: extern "C" fn(i32, *mut libc::siginfo_t, *m
     }
 }
 
+/// A fresh read-only page, and a SIGSEGV handler installed before ours that
+/// makes it writable: a write to it faults once, and the process goes on.
+fn page_an_earlier_handler_makes_writable() -> *mut libc::c_void {
+    // SAFETY: a fresh anonymous mapping with no address hint.
+    let page = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            4096,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(page, libc::MAP_FAILED);
+    PAGE.store(page as usize, std::sync::atomic::Ordering::SeqCst);
+    install_before(libc::SIGSEGV, make_page_writable);
+    page
+}
+
 #[test]
 fn a_fault_a_handler_installed_before_ours_recovers_from_finds_errno_as_it_was() {
     if scenario().is_some() {
-        // SAFETY: a fresh read-only page; the write below faults once, and
-        // the earlier handler makes the page writable.
-        let page = unsafe {
-            libc::mmap(
-                core::ptr::null_mut(),
-                4096,
-                libc::PROT_READ,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(page, libc::MAP_FAILED);
-        PAGE.store(page as usize, std::sync::atomic::Ordering::SeqCst);
-        install_before(libc::SIGSEGV, make_page_writable);
+        let page = page_an_earlier_handler_makes_writable();
         // Reports go to a descriptor that is not open: every write fails.
         stackmark::crash::install_crash_handler_to_fd(1000).unwrap();
         // SAFETY: the calling thread's errno.
@@ -380,21 +386,7 @@ fn a_signal_sent_again_carries_its_own_siginfo_to_the_handler_installed_before_o
 #[test]
 fn after_an_earlier_handler_recovers_installing_again_reports_the_next_crash() {
     if scenario().is_some() {
-        // SAFETY: a fresh read-only page; the write below faults once, and
-        // the earlier handler makes the page writable.
-        let page = unsafe {
-            libc::mmap(
-                core::ptr::null_mut(),
-                4096,
-                libc::PROT_READ,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(page, libc::MAP_FAILED);
-        PAGE.store(page as usize, std::sync::atomic::Ordering::SeqCst);
-        install_before(libc::SIGSEGV, make_page_writable);
+        let page = page_an_earlier_handler_makes_writable();
         stackmark::crash::install_crash_handler_to_fd(2).unwrap();
         // SAFETY: the page mapped above; recovered by make_page_writable.
         unsafe { std::hint::black_box(page.cast::<u64>()).write_volatile(1) };
