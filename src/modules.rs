@@ -1106,6 +1106,7 @@ mod tests {
         assert!(!m.exec_only);
     }
 
+    #[cfg(target_os = "linux")]
     #[test]
     fn data_is_pinned_and_readable_only_inside_one_readable_segment_of_a_pinned_module() {
         // "a": code at 0x1000, read-only data at 0x3000, writable data at
