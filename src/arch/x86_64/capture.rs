@@ -1,7 +1,8 @@
 //! Register capture by a naked routine, so it works however the calling crate
 //! is compiled (with or without frame pointers).
 
-use super::Regs;
+use super::{Regs, X86_64};
+use crate::arch::Arch;
 
 /// Stores the caller's registers as they will be right after this call
 /// returns: `rip` = the return address, `rsp` = the caller's stack pointer
@@ -69,14 +70,17 @@ pub unsafe fn call_site(regs: &mut Regs, read_slot: impl FnOnce(u64, u64) -> Opt
     // address belong to the calling function's code, which is executing
     // and so mapped.
     let code: [u8; 6] = unsafe { core::ptr::read_unaligned((ra - 6) as *const [u8; 6]) };
-    let disp = i64::from(i32::from_le_bytes([code[2], code[3], code[4], code[5]]));
+    // The 8 bytes the walk's decoders take, the first two unread.
+    let mut before = [0u8; 8];
+    before[2..].copy_from_slice(&code);
     // A `call rel32` gives its opcode's address, even after an `addr32`
     // prefix: a 0x67 before it may as well end the instruction before
     // (`push 0x67`), and the opcode lies inside the call either way, so it
     // finds the call's row and line, never those of the instruction before.
-    let start = if code[1] == 0xe8 && ra.wrapping_add(disp as u64) == target {
+    let start = if X86_64::direct_call_target(&before, ra) == Some(target) {
         ra - 5
     } else if code[0] == 0xff && code[1] == 0x15 {
+        let disp = i64::from(i32::from_le_bytes([code[2], code[3], code[4], code[5]]));
         if read_slot(ra, ra.wrapping_add(disp as u64)) != Some(target) {
             return false;
         }
