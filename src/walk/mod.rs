@@ -657,15 +657,22 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
                 && self.code.read_code(ra - 8, &mut before)
                 && A::direct_call_target(&before, ra) == Some(row.func_start)
         };
-        let search = |only_direct: bool| {
-            (0..SEARCH_WORDS).find_map(|k| {
-                try_sp(lowest.checked_add(k * 8)?).filter(|next| !only_direct || calls_this(next))
-            })
-        };
-        from_record
-            .and_then(try_sp)
-            .or_else(|| search(true))
-            .or_else(|| search(false))
+        if let Some(next) = from_record.and_then(try_sp) {
+            return Some(next);
+        }
+        // One pass: the first candidate after a direct call to this
+        // function, else the first after any call.
+        let mut first = None;
+        for k in 0..SEARCH_WORDS {
+            let Some(next) = lowest.checked_add(k * 8).and_then(try_sp) else {
+                continue;
+            };
+            if calls_this(&next) {
+                return Some(next);
+            }
+            first.get_or_insert(next);
+        }
+        first
     }
 
     /// Returns frames into `out` for as long as the hot path finds their
