@@ -101,6 +101,13 @@ struct Ring {
     handler_ns: AtomicU64,
 }
 
+impl Ring {
+    /// The counters [`stats`] reports.
+    fn counters(&self) -> [&AtomicU64; 4] {
+        [&self.taken, &self.dropped, &self.missed, &self.handler_ns]
+    }
+}
+
 // SAFETY: a slot's sample is written only by the writer that claimed its
 // position (while the slot was free for that lap), and read only by the
 // reader after the writer published it; the `lap` word orders the two.
@@ -338,7 +345,7 @@ extern "C" fn forget_samples_in_child() {
             .store(2 * (p / RING_SLOTS + 1), Relaxed);
     }
     RING.read.store(next, Relaxed);
-    for c in [&RING.taken, &RING.dropped, &RING.missed, &RING.handler_ns] {
+    for c in RING.counters() {
         c.store(0, Relaxed);
     }
     // SAFETY: pthread_self has no preconditions.
@@ -467,7 +474,7 @@ fn prefault_ring() {
     }
     rewrite(&RING.next);
     rewrite(&RING.read);
-    for c in [&RING.taken, &RING.dropped, &RING.missed, &RING.handler_ns] {
+    for c in RING.counters() {
         let v = c.load(Relaxed);
         let _ = c.compare_exchange(v, v, Relaxed, Relaxed);
     }
