@@ -268,9 +268,10 @@ pub fn install_altstack() -> Result<(), CrashError> {
         {
             return Ok(());
         }
+        let guard = altstack_guard();
         let p = libc::mmap(
             core::ptr::null_mut(),
-            ALTSTACK_SIZE + altstack_guard(),
+            ALTSTACK_SIZE + guard,
             libc::PROT_READ | libc::PROT_WRITE,
             MAP_FLAGS,
             -1,
@@ -279,9 +280,9 @@ pub fn install_altstack() -> Result<(), CrashError> {
         if p == libc::MAP_FAILED {
             return Err(CrashError::Os(std::io::Error::last_os_error()));
         }
-        libc::mprotect(p, altstack_guard(), libc::PROT_NONE);
+        libc::mprotect(p, guard, libc::PROT_NONE);
         let ss = libc::stack_t {
-            ss_sp: p.cast::<u8>().add(altstack_guard()).cast(),
+            ss_sp: p.cast::<u8>().add(guard).cast(),
             ss_flags: 0,
             ss_size: ALTSTACK_SIZE,
         };
@@ -453,9 +454,12 @@ fn fault_recurs(sig: c_int, code: c_int) -> bool {
     faulting && origin(code) == Origin::Fault && !asynchronous_fault(sig, code)
 }
 
+/// SIGTRAP's code for a breakpoint instruction (Linux's `brk`, macOS's
+/// `int3`).
+const TRAP_BRKPT: c_int = 1;
+
 /// Whether this is the SIGTRAP of an AArch64 `brk` on Linux.
 fn brk_trap(sig: c_int, code: c_int) -> bool {
-    const TRAP_BRKPT: c_int = 1;
     cfg!(all(target_os = "linux", target_arch = "aarch64"))
         && (sig, code) == (libc::SIGTRAP, TRAP_BRKPT)
 }
@@ -689,7 +693,6 @@ fn kernel_without_address(code: c_int) -> bool {
 /// Whether a SIGTRAP's code is the one x86_64's `int3` gives: Linux's
 /// `SI_KERNEL`; on macOS `TRAP_BRKPT` (1), with the pc past it as well.
 fn int3_code(code: c_int) -> bool {
-    const TRAP_BRKPT: c_int = 1;
     kernel_without_address(code) || (cfg!(target_os = "macos") && code == TRAP_BRKPT)
 }
 
