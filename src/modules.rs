@@ -1130,7 +1130,7 @@ mod tests {
         a.pin();
         let mut t = Box::new(Table::EMPTY);
         t.push(a);
-        t.push(module(b"b", &[(0x10000, 0x11000)], &[(0x12000, 0x13000)]));
+        t.push(b);
         t.finish(2);
         assert!(t.pinned_readable(0x1800, 0x3000, 8));
         assert!(t.pinned_readable(0x1800, 0x3ff8, 8));
