@@ -68,7 +68,33 @@ impl Segment {
 }
 
 /// One loaded object: the main program, a shared library, the vDSO.
-#[derive(Clone, Copy, Debug)]
+///
+/// Neither `Clone` nor `Copy`: a module in the live table refers to unwind
+/// data the table owns and frees once no walk holds the table, so it is
+/// only ever lent, for as long as the table's guard lives. A copy kept past
+/// that would read freed memory, and would carry [`Module::pinned`] to
+/// segments nobody vouched for.
+///
+/// ```compile_fail
+/// let table = stackmark::modules::current().unwrap();
+/// let copy: stackmark::modules::Module = table.modules()[0];
+/// ```
+///
+/// ```compile_fail
+/// let table = stackmark::modules::current().unwrap();
+/// let sframe = table.modules()[0].sframe();
+/// drop(table);
+/// let _ = sframe.map(|s| s.piece_count());
+/// ```
+///
+/// ```
+/// # stackmark::init().unwrap();
+/// let table = stackmark::modules::current().unwrap();
+/// let sframe = table.modules()[0].sframe();
+/// let _ = sframe.map(|s| s.piece_count());
+/// drop(table);
+/// ```
+#[derive(Debug)]
 pub struct Module {
     name: [u8; MAX_NAME],
     name_len: u16,
@@ -79,11 +105,11 @@ pub struct Module {
     build_id: [u8; MAX_BUILD_ID],
     build_id_len: u8,
     /// The module's SFrame section (a copy owned by the table), if any.
-    pub sframe: Option<SFrame<'static>>,
+    pub(crate) sframe: Option<SFrame<'static>>,
     /// The module's Apple compact unwind section (a copy owned by the
     /// table) and the runtime address of its `mach_header`, from which the
     /// section's function offsets count.
-    pub compact: Option<(UnwindInfo<'static>, u64)>,
+    pub(crate) compact: Option<(UnwindInfo<'static>, u64)>,
     /// Where the table's copy of the unwind data lives (for freeing): the
     /// SFrame section on Linux, `__unwind_info` on macOS.
     pub(crate) sframe_copy: (usize, usize),
@@ -98,7 +124,26 @@ pub struct Module {
     exec_only: bool,
 }
 
+/// Tests build tables from the same modules more than once.
+#[cfg(test)]
+impl Clone for Module {
+    fn clone(&self) -> Module {
+        self.duplicate()
+    }
+}
+
 impl Module {
+    /// A copy for a table built from the one holding this module (macOS
+    /// carries modules over). Crate-internal: the copy shares the unwind
+    /// data the old table owns, which only the tables' own release rules
+    /// ([`Table::push_or_release`], [`Table::shares_copy`]) keep alive.
+    #[cfg(any(test, target_os = "macos"))]
+    pub(crate) fn duplicate(&self) -> Module {
+        // SAFETY: every field is `Copy` (the unwind data are borrowed
+        // views), so a bitwise copy is a valid module.
+        unsafe { core::ptr::read(self) }
+    }
+
     /// An empty module.
     pub const EMPTY: Module = Module {
         name: [0; MAX_NAME],
@@ -147,6 +192,31 @@ impl Module {
         let n = if id.len() > MAX_BUILD_ID { 0 } else { id.len() };
         self.build_id[..n].copy_from_slice(&id[..n]);
         self.build_id_len = n as u8;
+    }
+
+    /// The module's SFrame section (in the live table, the table's copy),
+    /// if any, lent for as long as the module is.
+    pub fn sframe(&self) -> Option<SFrame<'_>> {
+        self.sframe
+    }
+
+    /// Gives the module an SFrame section (for a table built by hand).
+    pub fn set_sframe(&mut self, sframe: Option<SFrame<'static>>) {
+        self.sframe = sframe;
+    }
+
+    /// The module's Apple compact unwind section (in the live table, the
+    /// table's copy) and the runtime address of its `mach_header`, from
+    /// which the section's function offsets count; lent for as long as the
+    /// module is.
+    pub fn compact(&self) -> Option<(UnwindInfo<'_>, u64)> {
+        self.compact
+    }
+
+    /// Gives the module an Apple compact unwind section and the address of
+    /// its `mach_header` (for a table built by hand).
+    pub fn set_compact(&mut self, compact: Option<(UnwindInfo<'static>, u64)>) {
+        self.compact = compact;
     }
 
     /// The loaded segments.
@@ -329,11 +399,10 @@ impl Table {
         old: &Table,
         release: impl FnOnce(&Module),
     ) -> bool {
-        let pushed = self.push(m);
-        if !pushed && !old.shares_copy(&m) {
+        if self.count == MAX_MODULES && !old.shares_copy(&m) {
             release(&m);
         }
-        pushed
+        self.push(m)
     }
 
     /// Remembers the address of a signal-return trampoline.
@@ -1122,8 +1191,8 @@ mod tests {
         }
         let b = module(b"b", &[(0x10000, 0x11000)], &[(0x12000, 0x13000)]);
         let mut t = Box::new(Table::EMPTY);
-        t.push(a);
-        t.push(b);
+        t.push(a.clone());
+        t.push(b.clone());
         t.finish(1);
         // Not pinned: never direct.
         assert!(!t.pinned_readable(0x1800, 0x3000, 8));
@@ -1342,7 +1411,7 @@ mod tests {
             wait,
             |new, old| {
                 for m in mods {
-                    new.push_or_release(*m, old, release);
+                    new.push_or_release(m.clone(), old, release);
                 }
             },
             release,
@@ -1400,8 +1469,8 @@ mod tests {
         let freed = std::cell::RefCell::new(vec![]);
         let wait = REFRESH_WAIT;
         let (a, b, c) = (with_copy(b"a", 1), with_copy(b"b", 2), with_copy(b"c", 3));
-        publish(&R, wait, &[a, b], &freed).unwrap();
-        publish(&R, wait, &[a, c], &freed).unwrap();
+        publish(&R, wait, &[a.clone(), b], &freed).unwrap();
+        publish(&R, wait, &[a.clone(), c], &freed).unwrap();
         // Reusing [a, b]: a is shared with the published [a, c].
         publish(&R, wait, &[a], &freed).unwrap();
         assert_eq!(*freed.borrow(), [2]);

@@ -55,15 +55,16 @@ fn dlopen(path: &Path) -> *mut libc::c_void {
     h
 }
 
-/// The live table's entry for `path`.
-fn module(path: &Path) -> Module {
+/// What `f` makes of the live table's entry for `path` (a module is only
+/// lent, while the table is held).
+fn module<R>(path: &Path, f: impl FnOnce(&Module) -> R) -> R {
     let table = stackmark::modules::current().unwrap();
     let name = path.as_os_str().as_encoded_bytes();
-    *table
+    f(table
         .modules()
         .iter()
         .find(|m| m.name() == name)
-        .expect("the library is listed")
+        .expect("the library is listed"))
 }
 
 const TEST_STRAY: &str = "a_note_segment_that_no_load_segment_maps_is_not_read";
@@ -77,9 +78,10 @@ fn a_note_segment_that_no_load_segment_maps_is_not_read() {
         stackmark::init().unwrap();
         dlopen(Path::new(&lib));
         stackmark::refresh().unwrap();
-        let m = module(Path::new(&lib));
-        assert!(m.build_id().is_empty(), "{:x?}", m.build_id());
-        assert!(!m.segments().is_empty());
+        module(Path::new(&lib), |m| {
+            assert!(m.build_id().is_empty(), "{:x?}", m.build_id());
+            assert!(!m.segments().is_empty());
+        });
         return;
     }
     let dir = common::workdir("stray-note");
@@ -149,14 +151,19 @@ fn a_build_id_longer_than_the_table_keeps_is_not_written_cut_short() {
     }
     stackmark::refresh().unwrap();
     let (_, ref lib32) = handles[0];
-    assert_eq!(module(lib32).build_id(), &[0xab; 32][..], "kept whole");
+    assert_eq!(
+        module(lib32, |m| m.build_id().to_vec()),
+        [0xab; 32],
+        "kept whole"
+    );
 
     let (h, ref lib33) = handles[1];
-    let m = module(lib33);
-    assert!(m.build_id().is_empty(), "{:x?}", m.build_id());
     // SAFETY: a symbol of the library loaded above.
     let pc = unsafe { libc::dlsym(h, c"long_id".as_ptr()) } as u64;
-    assert!(m.contains(pc));
+    module(lib33, |m| {
+        assert!(m.build_id().is_empty(), "{:x?}", m.build_id());
+        assert!(m.contains(pc));
+    });
     let frames = [Frame {
         pc,
         sp: 0,
@@ -229,7 +236,7 @@ fn rows(sframe: &SFrame<'_>) -> Vec<Row> {
 }
 
 fn table_rows(m: &Module) -> Vec<Row> {
-    rows(&m.sframe.expect("the table has the library's SFrame"))
+    rows(&m.sframe().expect("the table has the library's SFrame"))
 }
 
 /// A plugin host's reload: `dlclose`, a new file at the same path, `dlopen`.
@@ -261,27 +268,30 @@ fn a_library_replaced_and_loaded_again_at_the_same_address_gets_its_own_tables()
             std::fs::copy(&v1, &path).unwrap();
             let h = dlopen(&path);
             stackmark::refresh().unwrap();
-            let old = module(&path);
-            assert_eq!(table_rows(&old), file_rows(&path, old.bias));
+            let old = module(&path, |m| {
+                assert_eq!(table_rows(m), file_rows(&path, m.bias));
+                (m.bias, m.segments().to_vec())
+            });
             // SAFETY: the handle from dlopen above.
             assert_eq!(unsafe { libc::dlclose(h) }, 0);
             std::fs::remove_file(&path).unwrap();
             std::fs::copy(&v2, &path).unwrap();
             let h = dlopen(&path);
             stackmark::refresh().unwrap();
-            let new = module(&path);
-            assert_eq!(
-                table_rows(&new),
-                file_rows(&path, new.bias),
-                "{case}: the table kept the old version's SFrame"
-            );
-            if new.bias == old.bias {
-                same_place += 1;
-                if case == "noid" {
-                    assert!(new.build_id().is_empty());
-                    assert_eq!(new.segments(), old.segments(), "the same layout");
+            module(&path, |new| {
+                assert_eq!(
+                    table_rows(new),
+                    file_rows(&path, new.bias),
+                    "{case}: the table kept the old version's SFrame"
+                );
+                if new.bias == old.0 {
+                    same_place += 1;
+                    if case == "noid" {
+                        assert!(new.build_id().is_empty());
+                        assert_eq!(new.segments(), old.1, "the same layout");
+                    }
                 }
-            }
+            });
             // SAFETY: as above.
             unsafe { libc::dlclose(h) };
             std::fs::remove_file(&path).unwrap();
@@ -354,7 +364,10 @@ fn a_library_with_extended_section_numbering_gets_its_sframe_from_the_file() {
     assert_eq!((got.addr, got.size), (want.address(), want.size()));
     dlopen(&lib);
     stackmark::refresh().unwrap();
-    assert!(module(&lib).sframe.is_some(), "the table has no SFrame");
+    assert!(
+        module(&lib, |m| m.sframe().is_some()),
+        "the table has no SFrame"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -401,6 +414,6 @@ fn a_build_id_after_an_odd_note_in_an_8_aligned_segment_is_found() {
     assert_eq!(want, (1..=20).collect::<Vec<u8>>());
     dlopen(&lib);
     stackmark::refresh().unwrap();
-    assert_eq!(module(&lib).build_id(), &want[..]);
+    assert_eq!(module(&lib, |m| m.build_id().to_vec()), want);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -55,7 +55,6 @@ fn the_program_and_what_it_needs_are_pinned_and_a_dlopened_library_is_not() {
         .modules()
         .iter()
         .find(|m| m.name() == fx::DLOPEN_LIB.as_bytes())
-        .copied()
         .expect("the library is listed");
     assert!(!lib.pinned(), "a dlopened library can be unloaded");
     // Its code goes through a checked read; the program's does not.
@@ -67,7 +66,7 @@ fn the_program_and_what_it_needs_are_pinned_and_a_dlopened_library_is_not() {
     let before = stackmark::os::checked_reads();
     assert!(table.read_code(code(&table.modules()[0]), &mut buf));
     assert_eq!(stackmark::os::checked_reads(), before);
-    assert!(table.read_code(code(&lib), &mut buf));
+    assert!(table.read_code(code(lib), &mut buf));
     assert_eq!(stackmark::os::checked_reads(), before + 1);
     drop(table);
     // SAFETY: the handle came from dlopen above.

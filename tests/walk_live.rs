@@ -481,7 +481,7 @@ fn walks_through_a_dlopened_sframe_library_after_a_refresh() {
     let m = table
         .module_for_addr(sym as u64)
         .expect("library in the table");
-    assert!(m.sframe.is_some(), "library has SFrame");
+    assert!(m.sframe().is_some(), "library has SFrame");
     drop(table);
     sm_test_dl_outer();
     let frames = take_frames();

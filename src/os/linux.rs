@@ -637,6 +637,8 @@ unsafe extern "C" fn on_object(
             }
         }
     }
+    let (vdso, interp) = fill.vdso_and_interp;
+    let root = is_main || (vdso != 0 && m.contains(vdso)) || (interp != 0 && m.contains(interp));
     let index = fill.new.modules().len();
     if !fill
         .new
@@ -644,9 +646,7 @@ unsafe extern "C" fn on_object(
     {
         return 0;
     }
-    let (vdso, interp) = fill.vdso_and_interp;
-    let root = is_main || (vdso != 0 && m.contains(vdso)) || (interp != 0 && m.contains(interp));
-    record_deps(fill.deps, index, &m, dynamic, root);
+    record_deps(fill.deps, index, &fill.new.modules()[index], dynamic, root);
     0
 }
 
@@ -723,9 +723,7 @@ fn signal_trampolines(table: &mut Table) {
 /// it learned by installing one.
 #[cfg(target_arch = "x86_64")]
 fn system_trampoline(table: &mut Table, installed: &[u64]) {
-    let c_library = table
-        .module_for_addr(libc::sigaction as *const () as u64)
-        .copied();
+    let c_library = table.module_for_addr(libc::sigaction as *const () as u64);
     if !installed
         .iter()
         .any(|&pc| c_library.is_some_and(|m| m.contains(pc)))

@@ -221,7 +221,7 @@ fn push(table: &mut Table, old: &Table, m: Module) {
 fn carry_over(new: &mut Table, old: &Table, except: Option<u64>) {
     let kept = |m: &&Module| !except.is_some_and(|mh| is_image(m, mh));
     for m in old.modules().iter().filter(kept) {
-        push(new, old, *m);
+        push(new, old, m.duplicate());
     }
     new.count_dropped(old.dropped_modules());
 }

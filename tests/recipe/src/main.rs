@@ -10,10 +10,10 @@ fn recipe_level_3(x: u64) -> u64 {
     let n = stackmark::walk_here(&mut frames);
     let table = stackmark::modules::current().expect("table");
     let exe = &table.modules()[0];
-    println!("sframe {}", exe.sframe.is_some());
+    println!("sframe {}", exe.sframe().is_some());
     // One piece per object, so the table looks pcs up through a piece index.
-    let pieces = exe.sframe.map_or(0, |s| s.piece_count());
-    let indexed = exe.sframe.is_some_and(|s| s.is_indexed());
+    let pieces = exe.sframe().map_or(0, |s| s.piece_count());
+    let indexed = exe.sframe().is_some_and(|s| s.is_indexed());
     println!("pieces {pieces} indexed {indexed}");
     for f in &frames[..n] {
         match table.module_for_addr(f.lookup_pc()) {
