@@ -402,6 +402,10 @@ struct Deps {
     needed: [u64; MAX_DEP_NAMES],
     used: usize,
     pinned: [bool; MAX_MODULES],
+    /// A module was left out of the table (it was full): its names are
+    /// unknown, so a needed name may have meant it rather than a module of
+    /// the same name that was kept.
+    incomplete: bool,
 }
 
 impl Deps {
@@ -412,6 +416,7 @@ impl Deps {
             needed: [0; MAX_DEP_NAMES],
             used: 0,
             pinned: [false; MAX_MODULES],
+            incomplete: false,
         }
     }
 
@@ -437,8 +442,12 @@ impl Deps {
     /// Marks, from the roots, every module some pinned module needs, until
     /// nothing changes; returns the pinned flags of the first `count`. A
     /// module another shares a name with is pinned only as a root: which
-    /// of them the name meant is not known.
+    /// of them the name meant is not known. Nor is it when a module was
+    /// left out, whose names were never read: then only the roots are.
     fn close(&mut self, count: usize) -> &[bool] {
+        if self.incomplete {
+            return &self.pinned[..count];
+        }
         loop {
             let mut changed = false;
             for j in 0..count {
@@ -644,6 +653,7 @@ unsafe extern "C" fn on_object(
         .new
         .push_or_release(m, fill.old, |m| release_copy(m.sframe_copy))
     {
+        fill.deps.incomplete = true;
         return 0;
     }
     record_deps(fill.deps, index, &fill.new.modules()[index], dynamic, root);
@@ -1089,6 +1099,43 @@ mod tests {
         );
         deps.pinned[2] = false;
         assert_eq!(deps.close(5), [true, false, false, false, false]);
+    }
+
+    /// A module left out of a full table may be the one a needed name
+    /// meant, beside a kept module of the same name loaded by path: with
+    /// any module left out, only the roots are pinned.
+    #[test]
+    fn with_a_module_left_out_only_the_roots_are_pinned() {
+        // DT_STRTAB, one DT_NEEDED (libx.so), DT_NULL, then the strings.
+        let strings = b"\0libx.so\0";
+        let mut mem = vec![0u8; 3 * 16 + strings.len()];
+        let strtab = mem.as_ptr() as u64 + 3 * 16;
+        for (i, (tag, val)) in [(5u64, strtab), (1, 1), (0, 0)].into_iter().enumerate() {
+            mem[i * 16..i * 16 + 8].copy_from_slice(&tag.to_ne_bytes());
+            mem[i * 16 + 8..i * 16 + 16].copy_from_slice(&val.to_ne_bytes());
+        }
+        mem[3 * 16..].copy_from_slice(strings);
+        let dynamic = Some((mem.as_ptr() as u64, 3 * 16));
+        let other = [0u8; 16];
+        let build = |incomplete| {
+            let mut deps = Deps::new();
+            record_deps(&mut deps, 0, &module(b"/bin/prog", &mem), dynamic, true);
+            record_deps(
+                &mut deps,
+                1,
+                &module(b"/tmp/a/libx.so", &other),
+                None,
+                false,
+            );
+            deps.incomplete = incomplete;
+            deps
+        };
+        assert_eq!(build(false).close(2), [true, true], "the only libx.so");
+        assert_eq!(
+            build(true).close(2),
+            [true, false],
+            "another may be left out"
+        );
     }
 
     /// The signal-frame offsets the walker uses, checked against the C
