@@ -218,20 +218,23 @@ fn past_guard(lo: u64, hi: u64, readable: impl Fn(u64, &mut [u8]) -> bool) -> u6
 const MAIN_STACK_REACH: u64 = 1 << 30;
 
 /// The main thread's bounds `(lo, hi)` as glibc gives them, made safe to
-/// read directly; `here` is an address on the stack now. glibc's `lo`
-/// follows the stack rlimit, capped at the end of the mapping below: the
-/// stack grows into that range on demand, except within the kernel's guard
-/// gap above another mapping, where a read faults. So `lo` moves up by the
-/// gap (but never above the stack in use); a walk below it proves each page
-/// with a checked read.
+/// read directly; `here` is an address on the thread's stack now. glibc's
+/// `lo` follows the stack rlimit, capped at the end of the mapping below:
+/// the stack grows into that range on demand, except within the kernel's
+/// guard gap above another mapping, where a read faults. So `lo` moves up
+/// by the gap (but never above the stack in use); a walk below it proves
+/// each page with a checked read. Where `here` lies outside glibc's bounds
+/// (the thread registered while running on a stack of its own making, a
+/// coroutine's), it says nothing of the main stack: the holes between the
+/// two are not the stack.
 fn main_thread_bounds((lo, hi): (u64, u64), here: u64) -> (u64, u64) {
     // SAFETY: sysconf has no preconditions.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
-    let in_use = here & !(page - 1);
+    let in_use = (lo..hi).contains(&here).then_some(here & !(page - 1));
     let lo = lo
         .saturating_add(STACK_GUARD_PAGES * page)
         .max(hi.saturating_sub(MAIN_STACK_REACH));
-    (lo.min(in_use), hi)
+    (in_use.map_or(lo, |p| lo.min(p)), hi)
 }
 
 /// This thread's recorded stack bounds, if [`register_thread`] ran on it.
@@ -1025,6 +1028,14 @@ mod tests {
         assert_eq!(lo, hi - super::MAIN_STACK_REACH);
         // Never above the stack in use.
         assert_eq!(super::main_thread_bounds((hi - 0x4000, hi), here).0, here);
+        // But a stack in use elsewhere (registered from a coroutine's stack
+        // far below) is not the main stack: the gap between stays out.
+        let lo = hi - (8 << 20);
+        let elsewhere = hi - (256 << 20);
+        assert_eq!(
+            super::main_thread_bounds((lo, hi), elsewhere),
+            (lo + (1 << 20), hi)
+        );
     }
 
     #[test]
