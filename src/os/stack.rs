@@ -141,7 +141,20 @@ impl LiveMemory {
             return;
         };
         if let Some((lo, hi)) = current_altstack() {
-            self.push(Region { lo, hi, limit: hi });
+            // As a registered stack, only from an sp up: the range a
+            // program declares may hold pages it never mapped (a guard of
+            // its own). This very frame is on it, since the thread runs
+            // there; a walk starting on it opens it from its own sp.
+            let anchor = 0u8;
+            let here = core::hint::black_box(&anchor) as *const u8 as u64;
+            let from = sp_page_in(lo, hi, sp)
+                .or_else(|| sp_page_in(lo, hi, here))
+                .unwrap_or(hi);
+            self.push(Region {
+                lo: from,
+                hi,
+                limit: hi,
+            });
         }
         self.admit(sp);
     }
