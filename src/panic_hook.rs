@@ -42,7 +42,8 @@ pub fn install_panic_hook() {
 
 /// Installs the panic hook with `opts`. Installing it again replaces the
 /// options; with `chain_previous` the new hook chains to what it replaced,
-/// and a panic is still reported once.
+/// through any earlier install of ours to the hook from before it, and a
+/// panic is still reported once.
 ///
 /// ```
 /// use stackmark::panic_hook::{install_panic_hook_with, PanicHookOptions};
@@ -57,13 +58,14 @@ pub fn install_panic_hook_with(opts: PanicHookOptions) {
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         // A hook of ours reached from another of ours (installed twice,
-        // the second chaining to the first) does not report again: the
-        // options of the last install apply.
+        // the second chaining to the first) does not report again and
+        // passes the panic on: the options of the last install apply, and
+        // that one chose to chain.
         let outer = REPORTING.try_with(|r| !r.replace(true)).unwrap_or(true);
         if outer {
             report(info, &opts);
         }
-        if opts.chain_previous {
+        if opts.chain_previous || !outer {
             previous(info);
         }
         if outer {

@@ -245,6 +245,19 @@ fn a_panic_hook_installed_twice_reports_once() {
         1,
         "{text}"
     );
+    // The second install chains: the panic reaches the hook from before
+    // the first (Rust's default) once, after the report. It stopped at the
+    // first install, which did not chain.
+    assert_eq!(
+        text.matches(" panicked at examples/panic.rs").count(),
+        1,
+        "{text}"
+    );
+    let report = text.find("stackmark: panic in ").unwrap();
+    assert!(
+        text.find(" panicked at examples/panic.rs").unwrap() > report,
+        "{text}"
+    );
 }
 
 /// One whole report: from its header line to its trailer, with nothing of
