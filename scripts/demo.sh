@@ -9,13 +9,19 @@ if ! command -v llvm-symbolizer-19 >/dev/null && ! command -v llvm-symbolizer-16
   $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq llvm-19 >/dev/null
 fi
 cargo build --quiet --example crash || exit 1
+target=${CARGO_TARGET_DIR:-target}
 report=$(mktemp)
 trap 'rm -f "$report"' EXIT
-./target/debug/examples/crash "${1:-segv}" 2>"$report"
+"$target/debug/examples/crash" "${1:-segv}" 2>"$report"
 status=$?
 echo "== the crash example exited with status $status (128 + signal)"
 echo "== its report, as printed on standard error:"
 cat "$report"
 echo
+# The example ends by its signal; anything else means it did not run.
+if [ "$status" -le 128 ]; then
+  echo "== the crash example did not crash" >&2
+  exit 1
+fi
 echo "== symbolized with llvm-symbolizer --filter-markup:"
-scripts/symbolize.sh "$report" target/debug
+scripts/symbolize.sh "$report" "$target/debug"

@@ -4,12 +4,15 @@
 #   scripts/symbolize.sh REPORT [BINARY_DIR...]
 #
 # REPORT is a file holding the markup (or - for standard input). The
-# binaries are found by build ID under BINARY_DIRs (default: target/); a
-# .build-id tree is made for them in a temporary directory.
+# binaries are found by build ID under BINARY_DIRs (default: $CARGO_TARGET_DIR,
+# else target/); a .build-id tree is made for them in a temporary directory.
+# /usr/lib/debug (Debian's -dbg packages) is searched first: naming any
+# directory replaces that default, and the tree links stripped system
+# libraries, which would otherwise be taken instead of their debug files.
 set -euo pipefail
 report=${1:--}
 shift || true
-[ $# -gt 0 ] || set -- "$(dirname "$0")/../target"
+[ $# -gt 0 ] || set -- "${CARGO_TARGET_DIR:-$(dirname "$0")/../target}"
 sym=$(command -v llvm-symbolizer-19 || command -v llvm-symbolizer-16 || command -v llvm-symbolizer || true)
 if [ -z "$sym" ]; then
   echo "symbolize: no llvm-symbolizer (install Debian's llvm-19)" >&2
@@ -18,4 +21,5 @@ fi
 tree=$(mktemp -d)
 trap 'rm -rf "$tree"' EXIT
 "$(dirname "$0")/build-id-tree.sh" "$tree" "$@" /lib /usr/lib 2>/dev/null || true
-"$sym" --filter-markup --debug-file-directory="$tree" < <(cat "$report")
+"$sym" --filter-markup --debug-file-directory=/usr/lib/debug --debug-file-directory="$tree" \
+  < <(cat "$report")

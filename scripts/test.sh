@@ -97,8 +97,8 @@ for t in x86_64-apple-darwin aarch64-apple-darwin; do
 done
 
 # --- Summary ------------------------------------------------------------------------
-passed=$(grep -E '^test result:' "$LOG" | sed -E 's/.* ([0-9]+) passed.*/\1/' | awk '{s+=$1} END {print s+0}')
-failed=$(grep -E '^test result:' "$LOG" | sed -E 's/.* ([0-9]+) failed.*/\1/' | awk '{s+=$1} END {print s+0}')
+passed=$({ grep -E '^test result:' "$LOG" || true; } | sed -E 's/.* ([0-9]+) passed.*/\1/' | awk '{s+=$1} END {print s+0}')
+failed=$({ grep -E '^test result:' "$LOG" || true; } | sed -E 's/.* ([0-9]+) failed.*/\1/' | awk '{s+=$1} END {print s+0}')
 printf '\nstackmark: %s passed, %s failed\n' "$passed" "$failed"
 if [ ${#failed_stages[@]} -gt 0 ]; then
   printf 'stackmark: failed stage: %s\n' "${failed_stages[@]}"
