@@ -794,18 +794,25 @@ fn system_trampoline(table: &mut Table, _installed: &[u64]) {
     use crate::arch::{Arch, Native};
     // SAFETY: getauxval only reads the auxiliary vector.
     let vdso = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) };
-    let Some(m) = table.module_for_addr(vdso).copied() else {
+    let Some(m) = table.module_for_addr(vdso) else {
         return;
     };
+    // The code segments, out of the table that learns the trampolines.
+    let mut code = [(0u64, 0u64); crate::modules::MAX_SEGMENTS];
+    let mut n = 0;
     for s in m.segments().iter().filter(|s| s.executable()) {
+        code[n] = (s.start, s.size);
+        n += 1;
+    }
+    for &(start, size) in &code[..n] {
         // SAFETY: the vDSO's executable segment is mapped for the life of the
         // process.
-        let code = unsafe { core::slice::from_raw_parts(s.start as *const u8, s.size as usize) };
+        let code = unsafe { core::slice::from_raw_parts(start as *const u8, size as usize) };
         let pat = Native::SIGRETURN_CODE;
         let mut off = 0;
         while off + pat.len() <= code.len() {
             if &code[off..off + pat.len()] == pat {
-                table.add_trampoline(s.start + off as u64);
+                table.add_trampoline(start + off as u64);
             }
             off += 4;
         }
