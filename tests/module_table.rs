@@ -112,12 +112,18 @@ fn a_note_segment_that_no_load_segment_maps_is_not_read() {
     assert!(moved > 0, "gcc wrote a PT_NOTE");
     let lib = dir.join("libstray.so");
     std::fs::write(&lib, &data).unwrap();
-    let exe = std::env::current_exe().unwrap();
-    let out = common::run_target_binary(
-        &exe,
-        &[TEST_STRAY, "--exact", "--test-threads=1"],
-        &[("STACKMARK_STRAY_NOTE_LIB", lib.to_str().unwrap())],
+    in_child(
+        TEST_STRAY,
+        ("STACKMARK_STRAY_NOTE_LIB", lib.to_str().unwrap()),
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs test `name` of this binary alone in a child with `env` set; it
+/// must pass there (a fault kills the child, not this process).
+fn in_child(name: &str, env: (&str, &str)) {
+    let exe = std::env::current_exe().unwrap();
+    let out = common::run_target_binary(&exe, &[name, "--exact", "--test-threads=1"], &[env]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success() && stdout.contains("test result: ok. 1 passed"),
@@ -125,7 +131,6 @@ fn a_note_segment_that_no_load_segment_maps_is_not_read() {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// GNU ld takes a build ID of any length (`--build-id=0xHEX`). The table
@@ -415,5 +420,82 @@ fn a_build_id_after_an_odd_note_in_an_8_aligned_segment_is_found() {
     dlopen(&lib);
     stackmark::refresh().unwrap();
     assert_eq!(module(&lib, |m| m.build_id().to_vec()), want);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+const TEST_SHORTENED: &str = "a_library_file_shortened_during_a_refresh_does_not_stop_it";
+
+/// The table reads a library's section headers from its file where it has
+/// no `PT_GNU_SFRAME`; they sit at the end of the file, on pages no loaded
+/// segment covers. Another process may shorten the file meanwhile (cut the
+/// headers off, then write them back): the refresh finds no `.sframe` that
+/// time. It read the file through a mapping of it, and the page past the
+/// new end raised SIGBUS inside `dl_iterate_phdr`.
+#[test]
+fn a_library_file_shortened_during_a_refresh_does_not_stop_it() {
+    if let Ok(lib) = std::env::var("STACKMARK_SHORTENED_LIB") {
+        let lib = PathBuf::from(lib);
+        let data = std::fs::read(&lib).unwrap();
+        let shoff = u64::from_le_bytes(data[40..48].try_into().unwrap());
+        stackmark::init().unwrap();
+        dlopen(&lib);
+        stackmark::refresh().unwrap();
+        assert!(
+            module(&lib, |m| m.sframe().is_some()),
+            "found from the file"
+        );
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                use std::os::unix::fs::FileExt;
+                let f = std::fs::OpenOptions::new().write(true).open(&lib).unwrap();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    f.set_len(shoff).unwrap();
+                    f.write_all_at(&data[shoff as usize..], shoff).unwrap();
+                }
+            });
+            let end = std::time::Instant::now() + std::time::Duration::from_secs(2);
+            while std::time::Instant::now() < end {
+                stackmark::refresh().unwrap();
+            }
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+        stackmark::refresh().unwrap();
+        assert!(module(&lib, |m| m.sframe().is_some()), "found again");
+        return;
+    }
+    let dir = common::workdir("shortened");
+    let c = dir.join("f.c");
+    std::fs::write(&c, "int shortened_work(int x) { return x * 3 + 1; }\n").unwrap();
+    let o = dir.join("f.o");
+    common::run(
+        Command::new(cc())
+            .args(["-O1", "-fPIC", "-Wa,--gsframe", "-c", "-o"])
+            .arg(&o)
+            .arg(&c),
+    );
+    // 300 small sections that are not loaded: section headers over
+    // several pages at the end of the file.
+    let mut asm = String::from(".section .note.GNU-stack,\"\",@progbits\n");
+    for i in 0..300 {
+        asm.push_str(&format!(".section .unloaded{i},\"\"\n.byte 1\n"));
+    }
+    let s = dir.join("many.s");
+    std::fs::write(&s, asm).unwrap();
+    let many = dir.join("many.o");
+    common::run(Command::new(assembler()).arg("-o").arg(&many).arg(&s));
+    let lib = dir.join("libshortened.so");
+    // lld writes no PT_GNU_SFRAME: the table reads the file's section headers.
+    common::run(
+        Command::new("ld.lld-16")
+            .args(["-shared", "-o"])
+            .arg(&lib)
+            .arg(&o)
+            .arg(&many),
+    );
+    in_child(
+        TEST_SHORTENED,
+        ("STACKMARK_SHORTENED_LIB", lib.to_str().unwrap()),
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

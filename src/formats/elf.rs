@@ -269,6 +269,19 @@ impl<'a> ElfFile<'a> {
         })
     }
 
+    /// Where the section header table lies in the data: offset and length.
+    pub fn section_headers_at(&self) -> (usize, usize) {
+        (self.shoff, self.shnum * SHDR_SIZE)
+    }
+
+    /// Where the section-name string table lies in the data, as its header
+    /// says (offset and length; not checked against the data).
+    pub fn section_names_at(&self) -> Option<(u64, u64)> {
+        self.raw_section(self.shstrndx)
+            .filter(|_| self.shstrndx < self.shnum)
+            .map(|(_, _, _, _, off, size)| (off, size))
+    }
+
     fn raw_section(&self, i: usize) -> Option<(u32, u32, u64, u64, u64, u64)> {
         let b = self.data.get(self.shoff + i * SHDR_SIZE..)?;
         let mut c = Cursor::new(b);
@@ -285,9 +298,8 @@ impl<'a> ElfFile<'a> {
     /// (an unreadable name is empty).
     pub fn sections(&self) -> impl Iterator<Item = Section<'a>> + '_ {
         let strtab = self
-            .raw_section(self.shstrndx)
-            .filter(|_| self.shstrndx < self.shnum)
-            .and_then(|(_, _, _, _, off, size)| {
+            .section_names_at()
+            .and_then(|(off, size)| {
                 let off = usize::try_from(off).ok()?;
                 self.data
                     .get(off..off.checked_add(usize::try_from(size).ok()?)?)

@@ -257,16 +257,21 @@ fn loaded<'a>(addr: u64, len: u64) -> Option<&'a [u8]> {
     Some(unsafe { core::slice::from_raw_parts(addr as *const u8, len as usize) })
 }
 
-/// A read-only private mapping of a whole file, unmapped on drop.
-struct MappedFile {
+/// A file's bytes as far as a section lookup reads them: copied with
+/// `pread` into an anonymous mapping as long as the file was, where the
+/// parts never read are zero. Not a mapping of the file itself: a page of
+/// that past the end of a file shortened meanwhile raises SIGBUS, and the
+/// section headers sit at the end, on pages no loaded segment covers.
+struct FileCopy {
+    fd: i32,
     ptr: *mut c_void,
     len: usize,
 }
 
-impl MappedFile {
+impl FileCopy {
     fn open(path: &CStr) -> Option<Self> {
-        // SAFETY: plain system calls on a NUL-terminated path; the mapping is
-        // checked for MAP_FAILED and the fd is closed on every path.
+        // SAFETY: plain system calls on a NUL-terminated path; the mapping
+        // is checked for MAP_FAILED and the fd is closed on every failure.
         unsafe {
             let fd = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
             if fd < 0 {
@@ -282,16 +287,44 @@ impl MappedFile {
                 libc::mmap(
                     core::ptr::null_mut(),
                     len,
-                    libc::PROT_READ,
-                    libc::MAP_PRIVATE,
-                    fd,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                    -1,
                     0,
                 )
             } else {
                 libc::MAP_FAILED
             };
-            libc::close(fd);
-            (ptr != libc::MAP_FAILED).then_some(MappedFile { ptr, len })
+            if ptr == libc::MAP_FAILED {
+                libc::close(fd);
+                return None;
+            }
+            Some(FileCopy { fd, ptr, len })
+        }
+    }
+
+    /// Copies the file's bytes `off..off + len`, as far as they lie within
+    /// its length when opened and it still has them.
+    fn fetch(&mut self, off: u64, len: u64) {
+        let start = usize::try_from(off).unwrap_or(usize::MAX).min(self.len);
+        let want = usize::try_from(len).unwrap_or(usize::MAX);
+        let end = start.saturating_add(want).min(self.len);
+        let mut at = start;
+        while at < end {
+            // SAFETY: `at..end` lies in the mapping of `len` bytes, which
+            // this `&mut self` alone writes.
+            let n = unsafe {
+                libc::pread(
+                    self.fd,
+                    self.ptr.cast::<u8>().add(at).cast(),
+                    end - at,
+                    at as libc::off_t,
+                )
+            };
+            if n <= 0 {
+                break;
+            }
+            at += n as usize;
         }
     }
 
@@ -301,18 +334,30 @@ impl MappedFile {
     }
 }
 
-impl Drop for MappedFile {
+impl Drop for FileCopy {
     fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping made in `open`.
-        unsafe { libc::munmap(self.ptr, self.len) };
+        // SAFETY: unmaps exactly the mapping made in `open`, and closes its fd.
+        unsafe {
+            libc::munmap(self.ptr, self.len);
+            libc::close(self.fd);
+        }
     }
 }
 
 /// Where a module's `.sframe` section is at run time, from its file's
 /// section headers (rust-lld and mold keep the section but make no
-/// `PT_GNU_SFRAME`).
+/// `PT_GNU_SFRAME`). Reads the ELF header, section 0 (which holds the
+/// counts when they do not fit the header), the section headers and their
+/// names, each once the one before says where.
 fn sframe_from_file(path: &CStr, bias: u64) -> Option<(u64, u64)> {
-    let file = MappedFile::open(path)?;
+    let mut file = FileCopy::open(path)?;
+    file.fetch(0, 64);
+    let shoff = file.bytes().get(40..48)?;
+    file.fetch(u64::from_le_bytes(shoff.try_into().ok()?), 64);
+    let (at, len) = ElfFile::parse(file.bytes()).ok()?.section_headers_at();
+    file.fetch(at as u64, len as u64);
+    let (at, len) = ElfFile::parse(file.bytes()).ok()?.section_names_at()?;
+    file.fetch(at, len);
     let elf = ElfFile::parse(file.bytes()).ok()?;
     let s = elf.section_by_name(b".sframe")?;
     (s.flags & elf::SHF_ALLOC != 0 && s.size != 0).then(|| (bias.wrapping_add(s.addr), s.size))
