@@ -325,16 +325,12 @@ fn assembler() -> &'static str {
     }
 }
 
-/// lld writes no `PT_GNU_SFRAME`, so the table finds `.sframe` from the
-/// section headers in the file. With 65,280 sections or more, the count and
-/// the name table's index are kept in section 0, where readelf and the
-/// `object` crate find them; the table found no section at all.
-#[test]
-fn a_library_with_extended_section_numbering_gets_its_sframe_from_the_file() {
-    stackmark::init().unwrap();
-    let dir = common::workdir("extended-sections");
+/// The shared library `dir/name`, linked by lld (which writes no
+/// `PT_GNU_SFRAME`, so the table reads the file's section headers): one C
+/// function with SFrame, and `count` one-byte sections with flags `flags`.
+fn lld_library_with_sections(dir: &Path, name: &str, count: usize, flags: &str) -> PathBuf {
     let c = dir.join("f.c");
-    std::fs::write(&c, "int xsec_work(int x) { return x * 3 + 1; }\n").unwrap();
+    std::fs::write(&c, "int lld_work(int x) { return x * 3 + 1; }\n").unwrap();
     let o = dir.join("f.o");
     common::run(
         Command::new(cc())
@@ -343,14 +339,14 @@ fn a_library_with_extended_section_numbering_gets_its_sframe_from_the_file() {
             .arg(&c),
     );
     let mut asm = String::from(".section .note.GNU-stack,\"\",@progbits\n");
-    for i in 0..65300 {
-        asm.push_str(&format!(".section .x{i},\"a\"\n.byte 1\n"));
+    for i in 0..count {
+        asm.push_str(&format!(".section .x{i},\"{flags}\"\n.byte 1\n"));
     }
     let s = dir.join("many.s");
     std::fs::write(&s, asm).unwrap();
     let many = dir.join("many.o");
     common::run(Command::new(assembler()).arg("-o").arg(&many).arg(&s));
-    let lib = dir.join("libxsec.so");
+    let lib = dir.join(name);
     common::run(
         Command::new("ld.lld-16")
             .args(["-shared", "-o"])
@@ -358,6 +354,18 @@ fn a_library_with_extended_section_numbering_gets_its_sframe_from_the_file() {
             .arg(&o)
             .arg(&many),
     );
+    lib
+}
+
+/// lld writes no `PT_GNU_SFRAME`, so the table finds `.sframe` from the
+/// section headers in the file. With 65,280 sections or more, the count and
+/// the name table's index are kept in section 0, where readelf and the
+/// `object` crate find them; the table found no section at all.
+#[test]
+fn a_library_with_extended_section_numbering_gets_its_sframe_from_the_file() {
+    stackmark::init().unwrap();
+    let dir = common::workdir("extended-sections");
+    let lib = lld_library_with_sections(&dir, "libxsec.so", 65300, "a");
     let data = std::fs::read(&lib).unwrap();
     assert_eq!(&data[60..64], &[0, 0, 0xff, 0xff], "e_shnum 0, SHN_XINDEX");
     let oracle = object::File::parse(&*data).unwrap();
@@ -465,34 +473,9 @@ fn a_library_file_shortened_during_a_refresh_does_not_stop_it() {
         return;
     }
     let dir = common::workdir("shortened");
-    let c = dir.join("f.c");
-    std::fs::write(&c, "int shortened_work(int x) { return x * 3 + 1; }\n").unwrap();
-    let o = dir.join("f.o");
-    common::run(
-        Command::new(cc())
-            .args(["-O1", "-fPIC", "-Wa,--gsframe", "-c", "-o"])
-            .arg(&o)
-            .arg(&c),
-    );
     // 300 small sections that are not loaded: section headers over
     // several pages at the end of the file.
-    let mut asm = String::from(".section .note.GNU-stack,\"\",@progbits\n");
-    for i in 0..300 {
-        asm.push_str(&format!(".section .unloaded{i},\"\"\n.byte 1\n"));
-    }
-    let s = dir.join("many.s");
-    std::fs::write(&s, asm).unwrap();
-    let many = dir.join("many.o");
-    common::run(Command::new(assembler()).arg("-o").arg(&many).arg(&s));
-    let lib = dir.join("libshortened.so");
-    // lld writes no PT_GNU_SFRAME: the table reads the file's section headers.
-    common::run(
-        Command::new("ld.lld-16")
-            .args(["-shared", "-o"])
-            .arg(&lib)
-            .arg(&o)
-            .arg(&many),
-    );
+    let lib = lld_library_with_sections(&dir, "libshortened.so", 300, "");
     in_child(
         TEST_SHORTENED,
         ("STACKMARK_SHORTENED_LIB", lib.to_str().unwrap()),
