@@ -6,7 +6,8 @@
 
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
 
-/// How many addresses the set holds; adding one more forgets the oldest.
+/// How many addresses the set holds; adding one more forgets the one added
+/// [`HEADERS`] insertions before, even where a removal has freed a slot.
 pub const HEADERS: usize = 64;
 
 /// See the module docs.
@@ -33,7 +34,9 @@ impl HeaderSet {
         }
     }
 
-    /// Adds `addr` (not 0), in place of the oldest address when full.
+    /// Adds `addr` (not 0) in the slot after the last one written, in
+    /// place of the address added [`HEADERS`] insertions before (the
+    /// oldest still held, if any), whether or not other slots are free.
     pub fn insert(&self, addr: u64) {
         if addr == 0 || self.contains(addr) {
             return;
