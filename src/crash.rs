@@ -233,9 +233,7 @@ impl Drop for OwnAltstack {
 /// `mprotect` covers whole pages, and a 4 KiB guard would take the rest of
 /// its page from the stack.
 fn altstack_guard() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    usize::try_from(page).map_or(4096, |p| p.max(4096))
+    crate::os::page_size() as usize
 }
 
 /// Unmaps an alternate stack that [`install_altstack`] mapped at `p`, with

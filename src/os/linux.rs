@@ -228,8 +228,7 @@ const MAIN_STACK_REACH: u64 = 1 << 30;
 /// coroutine's), it says nothing of the main stack: the holes between the
 /// two are not the stack.
 fn main_thread_bounds((lo, hi): (u64, u64), here: u64) -> (u64, u64) {
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
+    let page = super::page_size();
     let in_use = (lo..hi).contains(&here).then_some(here & !(page - 1));
     let lo = lo
         .saturating_add(STACK_GUARD_PAGES * page)

@@ -25,6 +25,14 @@ pub mod thread_table;
 pub use macho_image::macho_module;
 pub use stack::{current_altstack, LiveMemory};
 
+/// The system's page size (4096 where it cannot be asked): 16 KiB on
+/// Apple silicon, up to 64 KiB on AArch64 Linux.
+pub(crate) fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(page).map_or(4096, |p| p.max(4096))
+}
+
 /// Nanoseconds on the monotonic clock, for timing and deadlines in
 /// signal handlers (`clock_gettime` is async-signal-safe; a wait counted
 /// in sleeps is cut short by every signal that interrupts a sleep).
