@@ -188,6 +188,9 @@ pub struct ElfFile<'a> {
 
 const SHDR_SIZE: usize = 64;
 
+/// Where the ELF header holds `e_shoff`, the section header table's offset.
+pub const E_SHOFF_AT: usize = 40;
+
 fn table(
     off: u64,
     num: u64,
@@ -227,7 +230,7 @@ impl<'a> ElfFile<'a> {
         )?;
         // Extended numbering (65,280 sections or more): the count and the
         // name table's index are kept in section 0 (`sh_size`, `sh_link`).
-        let e_shoff = u64_at(data, 40).ok_or(Error::NotElf64Le)?;
+        let e_shoff = u64_at(data, E_SHOFF_AT).ok_or(Error::NotElf64Le)?;
         let (e_shnum, e_shstrndx) = (field(60)?, field(62)?);
         let section0 = |field_at: usize| -> Result<&[u8], Error> {
             usize::try_from(e_shoff)
@@ -270,8 +273,8 @@ impl<'a> ElfFile<'a> {
     }
 
     /// Where the section header table lies in the data: offset and length.
-    pub fn section_headers_at(&self) -> (usize, usize) {
-        (self.shoff, self.shnum * SHDR_SIZE)
+    pub fn section_headers_at(&self) -> (u64, u64) {
+        (self.shoff as u64, (self.shnum * SHDR_SIZE) as u64)
     }
 
     /// Where the section-name string table lies in the data, as its header

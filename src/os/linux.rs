@@ -5,6 +5,7 @@
 use core::ffi::{c_int, c_void, CStr};
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed};
 
+use crate::formats::cursor::u64_at;
 use crate::formats::elf::{
     self, Dynamic, ElfFile, ProgramHeader, PHDR_SIZE, PT_DYNAMIC, PT_GNU_SFRAME, PT_LOAD, PT_NOTE,
 };
@@ -351,10 +352,9 @@ impl Drop for FileCopy {
 fn sframe_from_file(path: &CStr, bias: u64) -> Option<(u64, u64)> {
     let mut file = FileCopy::open(path)?;
     file.fetch(0, 64);
-    let shoff = file.bytes().get(40..48)?;
-    file.fetch(u64::from_le_bytes(shoff.try_into().ok()?), 64);
+    file.fetch(u64_at(file.bytes(), elf::E_SHOFF_AT)?, 64);
     let (at, len) = ElfFile::parse(file.bytes()).ok()?.section_headers_at();
-    file.fetch(at as u64, len as u64);
+    file.fetch(at, len);
     let (at, len) = ElfFile::parse(file.bytes()).ok()?.section_names_at()?;
     file.fetch(at, len);
     let elf = ElfFile::parse(file.bytes()).ok()?;
