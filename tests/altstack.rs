@@ -69,21 +69,17 @@ fn a_walk_on_an_alternate_stack_reads_below_its_sp_only_through_checked_reads() 
     assert!(pid >= 0);
     if pid == 0 {
         const P: usize = 4096;
-        // SAFETY: a fresh mapping made the alternate stack, its first page
-        // unreadable; the handler reads only through the live reader.
+        // The alternate stack, its first page unreadable.
+        let stack = stackmark_fixtures::Mapping::new(16 * P);
+        stack.protect(0, P, libc::PROT_NONE);
+        GUARD.store(stack.addr(), SeqCst);
+        // SAFETY: the mapping is the alternate stack until the child
+        // leaves; the handler reads only through the live reader.
         let code = unsafe {
-            let n = 16 * P;
-            let prot = libc::PROT_READ | libc::PROT_WRITE;
-            let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
-            let p = libc::mmap(std::ptr::null_mut(), n, prot, flags, -1, 0);
-            if p == libc::MAP_FAILED || libc::mprotect(p, P, libc::PROT_NONE) != 0 {
-                libc::_exit(10);
-            }
-            GUARD.store(p as u64, SeqCst);
             let ss = libc::stack_t {
-                ss_sp: p,
+                ss_sp: stack.addr() as *mut libc::c_void,
                 ss_flags: 0,
-                ss_size: n,
+                ss_size: 16 * P,
             };
             let mut sa: libc::sigaction = std::mem::zeroed();
             sa.sa_sigaction = read_below_sp as *const () as usize;

@@ -324,20 +324,10 @@ fn install_before(sig: i32, handler: extern "C" fn(i32, *mut libc::siginfo_t, *m
 
 /// A fresh read-only page, and a SIGSEGV handler installed before ours that
 /// makes it writable: a write to it faults once, and the process goes on.
-fn page_an_earlier_handler_makes_writable() -> *mut libc::c_void {
-    // SAFETY: a fresh anonymous mapping with no address hint.
-    let page = unsafe {
-        libc::mmap(
-            core::ptr::null_mut(),
-            4096,
-            libc::PROT_READ,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    assert_ne!(page, libc::MAP_FAILED);
-    PAGE.store(page as usize, std::sync::atomic::Ordering::SeqCst);
+fn page_an_earlier_handler_makes_writable() -> stackmark_fixtures::Mapping {
+    let page = stackmark_fixtures::Mapping::new(4096);
+    page.protect(0, 4096, libc::PROT_READ);
+    PAGE.store(page.addr() as usize, std::sync::atomic::Ordering::SeqCst);
     install_before(libc::SIGSEGV, make_page_writable);
     page
 }
@@ -351,7 +341,7 @@ fn a_fault_a_handler_installed_before_ours_recovers_from_finds_errno_as_it_was()
         // SAFETY: the calling thread's errno.
         unsafe { *libc::__errno_location() = 0 };
         // SAFETY: the page mapped above.
-        unsafe { std::hint::black_box(page.cast::<u64>()).write_volatile(1) };
+        unsafe { std::hint::black_box(page.addr() as *mut u64).write_volatile(1) };
         // SAFETY: as above.
         let errno = unsafe { *libc::__errno_location() };
         std::process::exit(if errno == 0 { 0 } else { 10 + errno });
@@ -389,7 +379,7 @@ fn after_an_earlier_handler_recovers_installing_again_reports_the_next_crash() {
         let page = page_an_earlier_handler_makes_writable();
         stackmark::crash::install_crash_handler_to_fd(2).unwrap();
         // SAFETY: the page mapped above; recovered by make_page_writable.
-        unsafe { std::hint::black_box(page.cast::<u64>()).write_volatile(1) };
+        unsafe { std::hint::black_box(page.addr() as *mut u64).write_volatile(1) };
         eprintln!("recovered, going on");
         stackmark::crash::install_crash_handler_to_fd(2).unwrap();
         std::process::abort();

@@ -452,21 +452,9 @@ fn an_unregistered_stack_grows_only_page_by_page_from_the_walks_sp() {
     // must fail rather than be taken for stack.
     std::thread::spawn(|| {
         const P: usize = 4096;
-        // SAFETY: a fresh anonymous mapping; its middle page is made
-        // unreadable, and it is unmapped at the end.
-        let base = unsafe {
-            let p = libc::mmap(
-                std::ptr::null_mut(),
-                3 * P,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
-            assert_ne!(p, libc::MAP_FAILED);
-            assert_eq!(libc::mprotect(p.add(P), P, libc::PROT_NONE), 0);
-            p as u64
-        };
+        let pages = stackmark_fixtures::Mapping::new(3 * P);
+        pages.protect(P, P, libc::PROT_NONE);
+        let base = pages.addr();
         let (a, b, c) = (base, base + P as u64, base + 2 * P as u64);
         assert_eq!(stackmark::os::registered_stack(), None);
 
@@ -479,9 +467,6 @@ fn an_unregistered_stack_grows_only_page_by_page_from_the_walks_sp() {
         let mem = stackmark::os::LiveMemory::new(b + 64);
         assert_eq!(mem.read_u64(c + 8), Some(0));
         assert_eq!(mem.read_u64(a + 128), None, "below the sp");
-
-        // SAFETY: the mapping made above, no longer used.
-        unsafe { libc::munmap(base as *mut libc::c_void, 3 * P) };
     })
     .join()
     .unwrap();

@@ -35,27 +35,19 @@ fn faults_recording(n: usize) -> i64 {
 /// Whether this system gives a fork child zeroed `MADV_WIPEONFORK` pages
 /// (Linux 4.14 and later; qemu-user takes the advice and ignores it).
 fn wipe_on_fork_works() -> bool {
-    // SAFETY: a private anonymous page, advised, written, and unmapped;
-    // the child only reads it and leaves.
+    let page = stackmark_fixtures::Mapping::new(4096);
+    let p = page.addr() as *mut u8;
+    // SAFETY: a private anonymous page of this function's, advised and
+    // written; the child only reads it and leaves.
     unsafe {
-        let p = libc::mmap(
-            core::ptr::null_mut(),
-            4096,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANON,
-            -1,
-            0,
-        );
-        assert_ne!(p, libc::MAP_FAILED);
-        let advised = libc::madvise(p, 4096, libc::MADV_WIPEONFORK) == 0;
-        *p.cast::<u8>() = 1;
+        let advised = libc::madvise(p.cast(), 4096, libc::MADV_WIPEONFORK) == 0;
+        *p = 1;
         let pid = libc::fork();
         if pid == 0 {
-            libc::_exit(i32::from(*p.cast::<u8>()));
+            libc::_exit(i32::from(*p));
         }
         let mut status = 0;
         assert_eq!(libc::waitpid(pid, &mut status, 0), pid);
-        libc::munmap(p, 4096);
         advised && libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0
     }
 }

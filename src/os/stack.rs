@@ -390,22 +390,9 @@ mod tests {
     #[test]
     fn a_second_stack_just_above_an_unregistered_one_behind_a_gap_is_read() {
         const P: usize = PAGE as usize;
-        // SAFETY: a fresh private mapping this test owns; one page in it
-        // is made unreadable, and all of it is unmapped at the end.
-        let base = unsafe {
-            let p = libc::mmap(
-                core::ptr::null_mut(),
-                9 * P,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
-            assert_ne!(p, libc::MAP_FAILED);
-            let gap = (p as usize + 4 * P) as *mut libc::c_void;
-            assert_eq!(libc::mprotect(gap, P, libc::PROT_NONE), 0);
-            p as u64
-        };
+        let pages = stackmark_fixtures::Mapping::new(9 * P);
+        pages.protect(4 * P, P, libc::PROT_NONE);
+        let base = pages.addr();
         let (sp_a, sp_b) = (base + 0x100, base + 5 * PAGE + 0x100);
         // SAFETY: inside the mapping, in a readable page.
         unsafe { (sp_b as *mut u64).write(0x1234) };
@@ -415,8 +402,6 @@ mod tests {
         let second = mem.read_u64(sp_b);
         // The gap itself stays unread.
         let gap = mem.read_u64(base + 4 * PAGE);
-        // SAFETY: the mapping made above, no longer used.
-        unsafe { libc::munmap(base as *mut libc::c_void, 9 * P) };
         assert_eq!((first, second, gap), (Some(0), Some(0x1234), None));
     }
 }

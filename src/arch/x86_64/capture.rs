@@ -103,52 +103,36 @@ mod tests {
 
     /// Two pages: bytes that end in what looks like `call [rip + disp32]`
     /// in the first, whose slot is either in the first page or in the
-    /// second, which is unmapped.
-    struct Pages(*mut u8);
+    /// second, which is unreadable.
+    struct Pages(stackmark_fixtures::Mapping);
 
     impl Pages {
         fn new() -> Pages {
-            // SAFETY: an anonymous private mapping with no address hint.
-            let p = unsafe {
-                libc::mmap(
-                    core::ptr::null_mut(),
-                    8192,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANON,
-                    -1,
-                    0,
-                )
-            };
-            assert_ne!(p, libc::MAP_FAILED);
-            // SAFETY: the second page of the mapping just made.
-            let unmapped = unsafe { libc::munmap(p.cast::<u8>().add(4096).cast(), 4096) };
-            assert_eq!(unmapped, 0);
-            Pages(p.cast())
+            let pages = stackmark_fixtures::Mapping::new(8192);
+            pages.protect(4096, 4096, libc::PROT_NONE);
+            Pages(pages)
+        }
+
+        fn base(&self) -> *mut u8 {
+            self.0.addr() as *mut u8
         }
 
         /// Writes `ff 15 disp32` at offset 0 (the return address is at 6),
         /// with the slot at `slot_at`, and returns the registers.
         fn call_through(&self, slot_at: usize, slot: u64) -> Regs {
-            let base = self.0 as u64;
+            let base = self.0.addr();
             let disp = (slot_at as i32 - 6).to_le_bytes();
             let code = [0xff, 0x15, disp[0], disp[1], disp[2], disp[3]];
-            // SAFETY: offsets 0..6 lie in the first (mapped) page.
-            unsafe { core::ptr::copy_nonoverlapping(code.as_ptr(), self.0, 6) };
+            // SAFETY: offsets 0..6 lie in the first (readable) page.
+            unsafe { core::ptr::copy_nonoverlapping(code.as_ptr(), self.base(), 6) };
             if slot_at + 8 <= 4096 {
                 // SAFETY: the slot lies in the first page.
-                unsafe { core::ptr::write_unaligned(self.0.add(slot_at).cast::<u64>(), slot) };
+                unsafe { core::ptr::write_unaligned(self.base().add(slot_at).cast::<u64>(), slot) };
             }
             Regs {
                 rip: base + 6,
                 ..Regs::default()
             }
-        }
-    }
-
-    impl Drop for Pages {
-        fn drop(&mut self) {
-            // SAFETY: the first page, mapped by `new`.
-            unsafe { libc::munmap(self.0.cast(), 4096) };
         }
     }
 
@@ -159,11 +143,11 @@ mod tests {
         let mut regs = pages.call_through(64, target);
         // SAFETY: the 6 bytes before the pc are mapped.
         assert!(unsafe { call_site(&mut regs, checked) });
-        assert_eq!(regs.rip, pages.0 as u64);
+        assert_eq!(regs.rip, pages.0.addr());
         let mut regs = pages.call_through(64, target + 1);
         // SAFETY: as above.
         assert!(!unsafe { call_site(&mut regs, checked) });
-        assert_eq!(regs.rip, pages.0 as u64 + 6);
+        assert_eq!(regs.rip, pages.0.addr() + 6);
     }
 
     /// Code bytes in the program's data, near enough to the capture routine
@@ -212,8 +196,8 @@ mod tests {
     fn bytes_that_only_look_like_a_got_call_name_a_slot_that_may_be_unmapped() {
         let pages = Pages::new();
         let mut regs = pages.call_through(4096 + 64, 0);
-        // SAFETY: the 6 bytes before the pc are mapped; the slot is not.
+        // SAFETY: the 6 bytes before the pc are mapped; the slot is not readable.
         assert!(!unsafe { call_site(&mut regs, checked) });
-        assert_eq!(regs.rip, pages.0 as u64 + 6);
+        assert_eq!(regs.rip, pages.0.addr() + 6);
     }
 }
