@@ -1115,22 +1115,27 @@ mod tests {
         m
     }
 
-    #[test]
-    fn dependencies_of_the_roots_are_pinned_and_nameless_or_same_named_modules_never_are() {
-        // A dynamic section (two DT_NEEDED, one of them an empty name, and
-        // DT_STRTAB) followed by its string table, in one segment.
-        let strings = b"\0libc.so.6\0";
-        let mut mem = vec![0u8; 5 * 16 + strings.len()];
-        let strtab = mem.as_ptr() as u64 + 5 * 16;
-        for (i, (tag, val)) in [(1u64, 0u64), (1, 1), (5, strtab), (0, 0)]
-            .iter()
-            .enumerate()
-        {
+    /// A dynamic section (a `DT_NEEDED` per offset in `needed`, then
+    /// `DT_STRTAB` and `DT_NULL`) followed by its string table `strings`,
+    /// in one block, and the section's address and length.
+    fn dynamic_section(needed: &[u64], strings: &[u8]) -> (Vec<u8>, Option<(u64, u64)>) {
+        let len = (needed.len() + 2) * 16;
+        let mut mem = vec![0u8; len + strings.len()];
+        let strtab = mem.as_ptr() as u64 + len as u64;
+        let entries = needed.iter().map(|&off| (1u64, off));
+        for (i, (tag, val)) in entries.chain([(5, strtab), (0, 0)]).enumerate() {
             mem[i * 16..i * 16 + 8].copy_from_slice(&tag.to_ne_bytes());
             mem[i * 16 + 8..i * 16 + 16].copy_from_slice(&val.to_ne_bytes());
         }
-        mem[5 * 16..].copy_from_slice(strings);
-        let dynamic = Some((mem.as_ptr() as u64, 4 * 16));
+        mem[len..].copy_from_slice(strings);
+        let at = mem.as_ptr() as u64;
+        (mem, Some((at, len as u64)))
+    }
+
+    #[test]
+    fn dependencies_of_the_roots_are_pinned_and_nameless_or_same_named_modules_never_are() {
+        // Two DT_NEEDED, one of them an empty name.
+        let (mem, dynamic) = dynamic_section(&[0, 1], b"\0libc.so.6\0");
         let mut deps = Deps::new();
         record_deps(&mut deps, 0, &module(b"/bin/prog", &mem), dynamic, true);
         let other = [0u8; 16];
@@ -1168,16 +1173,8 @@ mod tests {
     /// any module left out, only the roots are pinned.
     #[test]
     fn with_a_module_left_out_only_the_roots_are_pinned() {
-        // DT_STRTAB, one DT_NEEDED (libx.so), DT_NULL, then the strings.
-        let strings = b"\0libx.so\0";
-        let mut mem = vec![0u8; 3 * 16 + strings.len()];
-        let strtab = mem.as_ptr() as u64 + 3 * 16;
-        for (i, (tag, val)) in [(5u64, strtab), (1, 1), (0, 0)].into_iter().enumerate() {
-            mem[i * 16..i * 16 + 8].copy_from_slice(&tag.to_ne_bytes());
-            mem[i * 16 + 8..i * 16 + 16].copy_from_slice(&val.to_ne_bytes());
-        }
-        mem[3 * 16..].copy_from_slice(strings);
-        let dynamic = Some((mem.as_ptr() as u64, 3 * 16));
+        // The program needs libx.so.
+        let (mem, dynamic) = dynamic_section(&[1], b"\0libx.so\0");
         let other = [0u8; 16];
         let build = |incomplete| {
             let mut deps = Deps::new();
