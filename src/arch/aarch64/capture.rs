@@ -41,15 +41,14 @@ pub fn capture() -> Regs {
 /// that called the capture routine (every instruction is 4 bytes), so frame
 /// 0 names the exact instruction. Returns whether the pc was moved.
 ///
-/// `read_slot` is unused: a `bl` names its target in the instruction (the
-/// x86_64 form reads a GOT slot with it).
+/// The slot reader is unused: a `bl` names its target in the instruction
+/// (the x86_64 form reads a GOT slot with it).
 ///
 /// # Safety
 /// `regs` must be what [`capture`] returned, unchanged: its pc is then a
 /// return address into code that is running, so the 8 bytes before it are
 /// mapped. Any other pc may make this read unmapped memory.
-pub unsafe fn call_site(regs: &mut Regs, read_slot: impl FnOnce(u64, u64) -> Option<u64>) -> bool {
-    let _ = read_slot;
+pub unsafe fn call_site(regs: &mut Regs, _read_slot: impl FnOnce(u64, u64) -> Option<u64>) -> bool {
     use crate::arch::Arch;
     let ra = regs.pc;
     if ra < 8 {
