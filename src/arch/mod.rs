@@ -94,9 +94,12 @@ pub trait Arch: Copy + core::fmt::Debug {
     ) -> Result<Self::Regs, StepError>;
 
     /// The interrupted registers, read from the `ucontext_t` that the kernel's
-    /// signal frame holds, given the registers at the sigreturn trampoline.
+    /// signal frame holds, given the registers at the sigreturn trampoline;
+    /// `sp_exact` says whether their sp is the trampoline's own or only a
+    /// lower bound of it (see [`Arch::FP_STEP_GIVES_CFA`]).
     fn signal_frame_regs<M: MemoryReader>(
         regs: &Self::Regs,
+        sp_exact: bool,
         mem: &M,
     ) -> Result<Self::Regs, StepError>;
 

@@ -648,7 +648,10 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             (RegRule::AtCfa(fp_off), CfaRule::SpPlus(cfa_off)) => A::fp(&self.regs)
                 .checked_add_signed(-i64::from(fp_off))
                 .and_then(|cfa| cfa.checked_add_signed(-i64::from(cfa_off)))
-                .filter(|&sp| sp >= lowest && sp - lowest < SEARCH_WORDS * 8),
+                // However far above: a callee with large locals keeps its
+                // record far below its caller's, and the search's window
+                // would hold only stale words from those locals.
+                .filter(|&sp| sp >= lowest),
             _ => None,
         };
         let calls_this = |next: &A::Regs| {
@@ -778,7 +781,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             }
         };
         if trampoline && self.signal_frames < MAX_SIGNAL_FRAMES {
-            if let Ok(next) = A::signal_frame_regs(&regs, &self.mem) {
+            if let Ok(next) = A::signal_frame_regs(&regs, sp_exact::<A>(cur.method), &self.mem) {
                 // The handler may run on an alternate stack, below or above
                 // the interrupted one: no sp ordering across a signal frame,
                 // so the number crossed is what bounds the walk.

@@ -929,6 +929,106 @@ fn aarch64_an_inexact_sp_is_fixed_by_the_frame_record_the_chain_points_at() {
 }
 
 #[test]
+fn aarch64_the_frame_record_fixes_an_inexact_sp_below_a_large_callee_frame() {
+    // As above, but frame 0 (no row; its frame record at the bottom of its
+    // frame, as GCC lays it out) has 0x400 bytes of locals above its
+    // record, and a stale return address lies in them. F1's row (CFA = sp
+    // + 48, RA at CFA-40, FP at CFA-48, as GCC emits) and the x29 frame 0
+    // saved (STACK+0x400, F1's record) still fix F1's sp: STACK+0x400.
+    let f1 = row(
+        CfaRule::SpPlus(48),
+        RegRule::AtCfa(-40),
+        RegRule::AtCfa(-48),
+    );
+    let code = Fake::a64().row(CODE + 0x100, CODE + 0x200, f1);
+    let mut w = [0u64; 0x480 / 8];
+    w[0] = STACK + 0x400;
+    w[1] = CODE + 0x104;
+    w[0x40 / 8] = CODE + 0x3f8;
+    w[0x400 / 8] = 0;
+    w[0x408 / 8] = CODE + 0x208;
+    let st = stack(&w);
+    let regs = a64(CODE + 0x10, STACK, STACK, 0);
+    let opts = WalkOptions {
+        scan_words: 0,
+        ..Default::default()
+    };
+    let (frames, _) = walk_with::<Aarch64>(regs, true, &st, code, opts);
+    assert_eq!(frames[1].method, Method::FramePointer);
+    assert_eq!(
+        (frames[2].pc, frames[2].sp, frames[2].method),
+        (CODE + 0x208, STACK + 0x430, Method::SFrame),
+        "{frames:x?}"
+    );
+}
+
+#[test]
+fn aarch64_a_rewritten_ucontext_never_makes_the_kernels_frame_record_a_signal_frame() {
+    use aarch64::sigframe_offsets as o;
+    // A handler (frame 0, its frame record at its sp) returns to the
+    // trampoline; the signal frame is at STACK+0x40 and, as the kernel
+    // lays it out (siginfo, then the ucontext with its 4 KiB of reserved
+    // space), the kernel's frame record {x29, x30} lies just above it, at
+    // STACK+0x1290, just below the interrupted sp, whose frame holds words
+    // of its own. The handler rewrote x30 in the ucontext (as one that
+    // redirects the interrupted code does), so the saved x29/x30 no longer
+    // equal the kernel's record.
+    let tramp = CODE + 0x300;
+    let frame = 0x40u64;
+    let record = frame + 0x1250;
+    let mut w = vec![0u64; 0x1400 / 8];
+    let at = |off: u64| (off / 8) as usize;
+    w[0] = STACK + record;
+    w[1] = tramp;
+    for i in 0..29u64 {
+        w[at(frame + o::REGS + i * 8)] = 0x1111 * (i + 1);
+    }
+    w[at(frame + o::PC)] = CODE + 0x40;
+    w[at(frame + o::SP)] = STACK + record + 16;
+    w[at(frame + o::REGS + 29 * 8)] = STACK + 0x1300;
+    w[at(frame + o::REGS + 30 * 8)] = CODE + 0x99;
+    w[at(record)] = STACK + 0x1300;
+    w[at(record + 8)] = CODE + 0x84;
+    w[at(record + 16)] = STACK + 0x1380;
+    w[at(record + 24)] = CODE + 0x64;
+    let st = stack(&w);
+    let opts = WalkOptions {
+        scan_words: 0,
+        ..Default::default()
+    };
+    let regs = a64(CODE + 0x10, STACK, STACK, tramp);
+    // With a row for the handler (CFA = sp + 0x40, x29 and x30 at its
+    // bottom), the trampoline's sp is exact and the ucontext is read
+    // there. Without one, the sp is only a lower bound and no position
+    // matches the record: the signal frame is not crossed.
+    let handler = row(
+        CfaRule::SpPlus(0x40),
+        RegRule::AtCfa(-0x38),
+        RegRule::AtCfa(-0x40),
+    );
+    for with_row in [true, false] {
+        let mut code = Fake::a64();
+        if with_row {
+            code = code.row(CODE, CODE + 0x20, handler);
+        }
+        code.trampoline = Some(tramp);
+        let (frames, _) = walk_with::<Aarch64>(regs, true, &st, code, opts);
+        assert_eq!(frames[1].pc, tramp, "{frames:x?}");
+        let signal = frames.iter().find(|f| f.method == Method::SignalFrame);
+        if with_row {
+            let f = signal.unwrap_or_else(|| panic!("{frames:x?}"));
+            assert_eq!(
+                (f.pc, f.sp, f.precise),
+                (CODE + 0x40, STACK + record + 16, true),
+                "{frames:x?}"
+            );
+        } else {
+            assert!(signal.is_none(), "{frames:x?}");
+        }
+    }
+}
+
+#[test]
 fn aarch64_the_slot_search_prefers_a_return_address_after_a_direct_call_to_the_function() {
     // As above, without F1's frame record: the stale return address at
     // STACK+0x48 follows a call too, but the one at STACK+0x58 follows a

@@ -203,11 +203,19 @@ impl Arch for Aarch64 {
     }
 
     /// The frame sits between the handler's frame and the frame record the
-    /// kernel (or qemu-user) placed just above it, which `fp` points to. When
-    /// `sp` is only a lower bound (after a frame-pointer step), the frame is
-    /// found as the first 16-byte aligned position whose saved x29/x30 equal
-    /// that record.
-    fn signal_frame_regs<M: MemoryReader>(r: &Regs, mem: &M) -> Result<Regs, StepError> {
+    /// kernel (or qemu-user) placed just above it, which `fp` points to. It
+    /// is taken at `sp` when its saved x29/x30 equal that record. Otherwise
+    /// it is searched for, from `sp` up, as the first 16-byte aligned
+    /// position whose saved x29/x30 do, with its whole `sigcontext` below
+    /// the record (so the record itself is never read as a saved x29/x30).
+    /// A handler may have rewritten x29 or x30 in the ucontext, so that
+    /// nothing matches: an exact `sp` is then still the frame, and a lower
+    /// bound gives no frame at all.
+    fn signal_frame_regs<M: MemoryReader>(
+        r: &Regs,
+        sp_exact: bool,
+        mem: &M,
+    ) -> Result<Regs, StepError> {
         let record = (read(mem, r.fp), read(mem, r.fp.wrapping_add(8)));
         let consistent = |sp: u64| {
             let saved = |n: u64| read(mem, sp.wrapping_add(sigframe_offsets::REGS + n * 8));
@@ -216,16 +224,18 @@ impl Arch for Aarch64 {
         // A signal frame is a few KiB (more with SVE state): search no
         // further than this above the lower bound, however far `fp` points.
         const MAX_FRAME: u64 = 64 * 1024;
-        let mut sp = r.sp;
-        if !consistent(sp) {
-            let start = r.sp.wrapping_add(15) & !15;
-            let end = r.fp.min(start.saturating_add(MAX_FRAME));
-            sp = (start..end)
-                .step_by(16)
-                .find(|&sp| consistent(sp))
-                .unwrap_or(r.sp);
+        if consistent(r.sp) {
+            return Self::ucontext_regs(r.sp, mem);
         }
-        Self::ucontext_regs(sp, mem)
+        let start = r.sp.wrapping_add(15) & !15;
+        let end =
+            r.fp.saturating_sub(sigframe_offsets::PC + 8)
+                .min(start.saturating_add(MAX_FRAME));
+        match (start..=end).step_by(16).find(|&sp| consistent(sp)) {
+            Some(sp) => Self::ucontext_regs(sp, mem),
+            None if sp_exact => Self::ucontext_regs(r.sp, mem),
+            None => Err(StepError::Invalid),
+        }
     }
 
     /// `pc = strip(lr)`, `sp` unchanged: what `bl` or `blr` left.

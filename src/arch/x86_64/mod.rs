@@ -136,8 +136,13 @@ impl Arch for X86_64 {
     }
 
     /// At `__restore_rt`, `rsp` points at the `ucontext_t` (the handler's
-    /// `ret` popped the trampoline address).
-    fn signal_frame_regs<M: MemoryReader>(r: &Regs, mem: &M) -> Result<Regs, StepError> {
+    /// `ret` popped the trampoline address); a frame-pointer step gives an
+    /// exact sp here, so `sp_exact` is not needed.
+    fn signal_frame_regs<M: MemoryReader>(
+        r: &Regs,
+        _sp_exact: bool,
+        mem: &M,
+    ) -> Result<Regs, StepError> {
         use ucontext_offsets as o;
         let at = |off: u64| read(mem, r.rsp.wrapping_add(off));
         Ok(Regs {
