@@ -118,6 +118,10 @@ pub trait Arch: Copy + core::fmt::Debug {
     /// frame pointer still holds the calling function's frame.
     fn at_entry<M: MemoryReader>(regs: &Self::Regs, mem: &M) -> Result<Self::Regs, StepError>;
 
+    /// The link register (AArch64 x30), where a call leaves its return
+    /// address; `None` where a call pushes it (x86_64).
+    fn link_register(regs: &Self::Regs) -> Option<u64>;
+
     /// The caller's registers when stack scanning found return address `ra`
     /// in the slot at `slot`: pc and sp are known, and `fp` is a guess at
     /// the caller's frame pointer (`None` keeps the current one).

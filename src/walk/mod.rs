@@ -22,7 +22,9 @@ pub enum Method {
     /// no known code, as after a call through a null or wild pointer: the
     /// return address the call left, at the stack pointer on x86_64 or in
     /// the link register on AArch64, taken when it follows a call in known
-    /// code.
+    /// code. Also, on AArch64, a signal trampoline still in the link
+    /// register of such a frame that has no table row and has not saved it
+    /// in a frame record (a leaf signal handler, say).
     Entry,
 }
 
@@ -690,6 +692,15 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
         let Some(first) = self.pending else {
             return 0;
         };
+        if let Some(lr) = A::link_register(&self.regs) {
+            // Left to the general step, which takes a trampoline there as
+            // the caller (see `step`).
+            if matches!(first.method, Method::Context | Method::SignalFrame)
+                && self.code.is_known_trampoline(A::strip_pac(lr))
+            {
+                return 0;
+            }
+        }
         let limit = out.len().min(
             self.opts
                 .max_depth
@@ -781,7 +792,12 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             }
         };
         if trampoline && self.signal_frames < MAX_SIGNAL_FRAMES {
-            if let Ok(next) = A::signal_frame_regs(&regs, sp_exact::<A>(cur.method), &self.mem) {
+            // A trampoline reached from a link register (a handler without a
+            // row) has the handler's sp, which the handler may have moved
+            // since: only a lower bound of its own.
+            let from_link = cur.method == Method::Entry && A::link_register(&regs).is_some();
+            let exact = sp_exact::<A>(cur.method) && !from_link;
+            if let Ok(next) = A::signal_frame_regs(&regs, exact, &self.mem) {
                 // The handler may run on an alternate stack, below or above
                 // the interrupted one: no sp ordering across a signal frame,
                 // so the number crossed is what bounds the walk.
@@ -803,6 +819,30 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
                 }
             }
         }
+        // A scanned frame may be a stale one, its sp only the scan's guess:
+        // a zero its row reads proves nothing, and a further scan may still
+        // find the caller.
+        let scanned = cur.method == Method::Scan;
+        // A handler without a row, interrupted before it saved its link
+        // register in a frame record, holds its return address to the
+        // trampoline only there. A trampoline follows no call, so the
+        // register is not stale, and a frame-pointer step would skip both it
+        // and the interrupted pc. (Once the record holds it, the
+        // frame-pointer step finds it, with the handler's sp.)
+        if ra_in_register_ok && matches!(lookup, Lookup::NoInfo | Lookup::Outside) {
+            let lr = A::link_register(&regs).map(A::strip_pac);
+            let in_record = || {
+                let saved = A::step_frame_pointer(&regs, &self.mem).ok();
+                saved.map(|n| A::strip_pac(A::pc(&n))) == lr
+            };
+            if lr.is_some_and(|lr| self.code.is_known_trampoline(lr)) && !in_record() {
+                if let Ok(next) = A::at_entry(&regs, &self.mem) {
+                    if self.accept_with(cur, &next, true) {
+                        return Ok((next, Method::Entry, false));
+                    }
+                }
+            }
+        }
         if self.opts.use_tables {
             match lookup {
                 Lookup::SFrame(row) => {
@@ -817,7 +857,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
                     } else {
                         let ra_in_register = row.ra == RegRule::SameValue && ra_in_register_ok;
                         match A::step_sframe(&row, &regs, &self.mem, ra_in_register_ok) {
-                            Ok(next) if A::pc(&next) == 0 => {
+                            Ok(next) if A::pc(&next) == 0 && !scanned => {
                                 return Err(StopReason::ReturnAddressZero)
                             }
                             Ok(next) if self.accept_with(cur, &next, ra_in_register) => {
@@ -840,7 +880,9 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
                     // DWARF and null encodings, and broken frames, fall
                     // through to frame pointers.
                     match A::step_compact(encoding, func_start, &regs, &mem, ok) {
-                        Ok(next) if A::pc(&next) == 0 => return Err(StopReason::ReturnAddressZero),
+                        Ok(next) if A::pc(&next) == 0 && !scanned => {
+                            return Err(StopReason::ReturnAddressZero)
+                        }
                         Ok(next) if self.accept_with(cur, &next, ok) => {
                             return Ok((next, Method::CompactUnwind, false))
                         }
@@ -885,7 +927,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
     }
 
     /// Looks upwards from sp for a word that points just after a call
-    /// instruction in known code.
+    /// instruction in known code, or at a known signal trampoline.
     fn scan_stack(&self, cur: &Frame) -> Option<(A::Regs, Method, bool)> {
         let start = cur.sp.checked_add(7)? & !7;
         let (slot, word) = self.recall_scan(start).or_else(|| self.scan_from(start))?;
@@ -898,7 +940,10 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             .read_u64(slot.wrapping_sub(8))
             .filter(|&fp| fp > slot && fp % 8 == 0);
         let ra = A::strip_pac(word);
-        Some((A::scanned(&self.regs, ra, slot, fp), Method::Scan, false))
+        let next = A::scanned(&self.regs, ra, slot, fp);
+        // The slot is at or above sp, so only a slot at the very top of the
+        // address space gives an sp that does not rise (it wraps).
+        (A::sp(&next) > cur.sp).then_some((next, Method::Scan, false))
     }
 
     /// The slot (and its word) a remembered scan from `start` took, if the
@@ -935,7 +980,10 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             if ra < 8 || self.mem.is_stack(ra) || !self.code.is_code(ra - 1) {
                 continue;
             }
-            if !self.after_call(ra) {
+            // A signal trampoline follows no call (a `nop` precedes it for
+            // unwinders' sake), yet a handler's return address to it is a
+            // frame, and the way across the signal frame.
+            if !self.after_call(ra) && !self.code.is_known_trampoline(ra) {
                 continue;
             }
             if i < SCAN_MEMO_WORDS {

@@ -1024,6 +1024,10 @@ fn aarch64_a_rewritten_ucontext_never_makes_the_kernels_frame_record_a_signal_fr
             );
         } else {
             assert!(signal.is_none(), "{frames:x?}");
+            // Its return address is both in x30 and in its frame record:
+            // one frame, not two.
+            let trampolines = frames.iter().filter(|f| f.pc == tramp).count();
+            assert_eq!(trampolines, 1, "{frames:x?}");
         }
     }
 }
@@ -1521,4 +1525,114 @@ fn without_tables_the_fast_path_stops_at_the_outermost_function_as_the_general_s
             "fast path {fast_path}"
         );
     }
+}
+
+#[test]
+fn a_scan_takes_a_known_trampoline_and_crosses_its_signal_frame() {
+    use x86_64::ucontext_offsets as o;
+    // A handler with neither a row nor a frame pointer: its return address
+    // into the trampoline (which follows no call) lies above one local,
+    // and the ucontext at the sp after its return.
+    let tramp = CODE + 0x301;
+    let mut words = vec![0u64; 64];
+    words[0] = 0x1234;
+    words[1] = tramp;
+    let uc = 16u64;
+    words[((uc + o::RIP) / 8) as usize] = CODE + 0x42;
+    words[((uc + o::RSP) / 8) as usize] = STACK + 0x1f0;
+    words[((uc + o::RBP) / 8) as usize] = 0x77;
+    let st = stack(&words);
+    let mut code = Fake::x86();
+    code.trampoline = Some(tramp);
+    let (frames, _) = walk::<X86_64>(x86(CODE + 0x10, STACK, 3), true, &st, code);
+    let got: Vec<_> = frames.iter().map(|f| (f.pc, f.method)).collect();
+    assert_eq!(
+        got.get(1..3),
+        Some(&[(tramp, Method::Scan), (CODE + 0x42, Method::SignalFrame)][..]),
+        "{frames:x?}"
+    );
+}
+
+#[test]
+fn a_zero_read_through_a_scanned_frames_row_does_not_end_the_walk() {
+    // S at CODE+0x100: CFA = sp + 16, RA at CFA-8. A stale return address
+    // into S, dead words, then frame 0's real return address (into code
+    // without a row). The scan takes the stale one first; S's row then
+    // reads a dead word as its return address: zero or not, a stale frame's
+    // row proves nothing, and the scan goes on to the real caller.
+    let code = Fake::x86().row(
+        CODE + 0x100,
+        CODE + 0x200,
+        row(CfaRule::SpPlus(16), RegRule::AtCfa(-8), RegRule::SameValue),
+    );
+    let walk_with_dead_word = |dead: u64| {
+        let st = stack(&[CODE + 0x104, 0, dead, CODE + 0x55, 0, 0]);
+        let (frames, stop) = walk::<X86_64>(x86(CODE + 0x10, STACK, 3), true, &st, code.clone());
+        let got: Vec<_> = frames.iter().map(|f| (f.pc, f.method)).collect();
+        (got, stop)
+    };
+    let garbage = walk_with_dead_word(0x1234);
+    assert!(
+        garbage.0.contains(&(CODE + 0x55, Method::Scan)),
+        "{garbage:x?}"
+    );
+    assert_eq!(walk_with_dead_word(0), garbage, "a dead zero, not 0x1234");
+}
+
+#[test]
+fn a_scan_in_the_last_slot_of_the_address_space_does_not_wrap_the_sp() {
+    // At TOP: a frame record [16, ra], a stale word, and a return address
+    // in the last slot. At 0: a frame record at 16 leading back to TOP. A
+    // scanned sp that wrapped to 0 would let the walk cycle to its depth
+    // limit.
+    const TOP: u64 = 0u64.wrapping_sub(32);
+    let top = stack(&[16, CODE + 0x55, 0x1234, CODE + 0x55]);
+    let low = stack(&[0, 0, TOP, CODE + 0x55, 0]);
+    let regions = [(TOP, &top[..]), (0, &low[..])];
+    let w: Walker<X86_64, _, _> = Walker::new(
+        x86(CODE + 0x10, 8, TOP),
+        true,
+        SliceMemory::new(&regions),
+        Fake::x86(),
+        WalkOptions::default(),
+    );
+    let frames: Vec<Frame> = w.collect();
+    assert!(
+        frames.windows(2).all(|f| f[1].sp > f[0].sp),
+        "{} frames: {:x?}",
+        frames.len(),
+        &frames[..frames.len().min(6)]
+    );
+}
+
+#[test]
+fn aarch64_a_leaf_handler_without_a_row_is_left_for_the_trampoline_in_its_link_register() {
+    use aarch64::sigframe_offsets as o;
+    // A signal lands in a leaf handler without a row: x30 still holds the
+    // trampoline, and x29 the kernel's frame record above the signal frame
+    // (its copy of the interrupted x29/x30 in the ucontext). A frame-pointer
+    // step would take that record and skip both the trampoline and the
+    // interrupted pc.
+    let tramp = CODE + 0x300;
+    let mut words = vec![0u64; 112];
+    words[(o::PC / 8) as usize] = CODE + 0x40;
+    words[(o::SP / 8) as usize] = STACK + 0x400;
+    words[0x308 / 8] = CODE + 0x80;
+    words[((o::REGS + 30 * 8) / 8) as usize] = CODE + 0x80;
+    let st = stack(&words);
+    let mut code = Fake::a64();
+    code.trampoline = Some(tramp);
+    let regs = a64(CODE + 0x10, STACK, STACK + 0x300, tramp);
+    let (frames, _) = walk::<Aarch64>(regs, true, &st, code);
+    let got: Vec<_> = frames.iter().map(|f| (f.pc, f.precise, f.method)).collect();
+    assert_eq!(
+        got.get(1..3),
+        Some(
+            &[
+                (tramp, true, Method::Entry),
+                (CODE + 0x40, true, Method::SignalFrame)
+            ][..]
+        ),
+        "{got:x?}"
+    );
 }

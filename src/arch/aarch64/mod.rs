@@ -248,6 +248,10 @@ impl Arch for Aarch64 {
     const SIGRETURN_CODE: &'static [u8] = &[0x68, 0x11, 0x80, 0xd2, 0x01, 0x00, 0x00, 0xd4];
     const SIGRETURN_CALL_AT: u64 = 4;
 
+    fn link_register(r: &Regs) -> Option<u64> {
+        Some(r.lr)
+    }
+
     fn scanned(r: &Regs, ra: u64, slot: u64, fp: Option<u64>) -> Regs {
         Regs {
             pc: ra,

@@ -170,6 +170,10 @@ impl Arch for X86_64 {
     const SIGRETURN_CODE: &'static [u8] = &[0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05];
     const SIGRETURN_CALL_AT: u64 = 7;
 
+    fn link_register(_: &Regs) -> Option<u64> {
+        None
+    }
+
     fn scanned(r: &Regs, ra: u64, slot: u64, fp: Option<u64>) -> Regs {
         Regs {
             rip: ra,
