@@ -58,14 +58,17 @@ impl Sample {
     }
 }
 
-/// How samples walk: like a crash report, but scanning is kept short, since
-/// at the outer end of every stack it only costs time.
+/// How samples walk: as a crash report does, to [`SAMPLE_DEPTH`] frames.
+/// Scanning stays on, up to three frames in a row: a sample that lands in
+/// code with neither a table nor a frame pointer (most of glibc: `malloc`,
+/// a futex wait under `pthread_join`) finds each of those frames only by
+/// scanning, and one scan in a row left such samples at two frames.
 pub const PROFILE_OPTIONS: crate::walk::WalkOptions = crate::walk::WalkOptions {
     max_depth: SAMPLE_DEPTH,
     use_tables: true,
     use_frame_pointers: true,
     scan_words: 64,
-    max_scans_in_a_row: 1,
+    max_scans_in_a_row: 3,
     fast_path: true,
 };
 
