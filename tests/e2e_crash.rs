@@ -52,28 +52,9 @@ fn line_of(marker: &str, file: &str) -> usize {
     src.lines().position(|l| l.contains(marker)).unwrap() + 1
 }
 
-/// The paths of the modules a report names (`{{{module:ID:PATH:elf:...}}}`).
-fn module_paths(report: &[u8]) -> Vec<PathBuf> {
-    String::from_utf8_lossy(report)
-        .lines()
-        .filter_map(|l| l.strip_prefix("{{{module:"))
-        .filter_map(|l| l.split(':').nth(1).map(PathBuf::from))
-        // Under qemu-user the guest's libraries live in the cross sysroot.
-        .map(|p| {
-            let cross = Path::new("/usr/aarch64-linux-gnu").join(p.strip_prefix("/").unwrap_or(&p));
-            if cfg!(target_arch = "aarch64") && cross.exists() {
-                cross
-            } else {
-                p
-            }
-        })
-        .filter(|p| p.exists())
-        .collect()
-}
-
 /// A build-ID tree holding the example and every module its report names.
 fn tree_for(bin: &str, report: &[u8]) -> PathBuf {
-    let mut files = module_paths(report);
+    let mut files = common::module_paths(report);
     files.push(common::examples_dir().join(bin));
     let refs: Vec<&Path> = files.iter().map(|p| p.as_path()).collect();
     build_id_tree(&refs)

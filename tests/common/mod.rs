@@ -269,3 +269,23 @@ pub fn symbolize(tool: &str, tree: &std::path::Path, input: &[u8]) -> (String, S
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// The paths of the modules a report names (`{{{module:ID:PATH:elf:...}}}`).
+pub fn module_paths(report: &[u8]) -> Vec<std::path::PathBuf> {
+    String::from_utf8_lossy(report)
+        .lines()
+        .filter_map(|l| l.strip_prefix("{{{module:"))
+        .filter_map(|l| l.split(':').nth(1).map(std::path::PathBuf::from))
+        // Under qemu-user the guest's libraries live in the cross sysroot.
+        .map(|p| {
+            let cross = std::path::Path::new("/usr/aarch64-linux-gnu")
+                .join(p.strip_prefix("/").unwrap_or(&p));
+            if cfg!(target_arch = "aarch64") && cross.exists() {
+                cross
+            } else {
+                p
+            }
+        })
+        .filter(|p| p.exists())
+        .collect()
+}
