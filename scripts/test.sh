@@ -19,7 +19,10 @@ check() {
 # Every cargo test run is also logged here, for the closing summary.
 LOG=$(mktemp)
 trap 'rm -f "$LOG"' EXIT
-run_tests() { cargo test "$@" 2>&1 | tee -a "$LOG"; }
+# A hang (a deadlock a test did not catch) fails the stage after 20 minutes
+# (the host suite, builds included, takes a few) rather than holding up
+# the run.
+run_tests() { timeout --kill-after=30 1200 cargo test "$@" 2>&1 | tee -a "$LOG"; }
 
 # --- 1. Tools -----------------------------------------------------------------
 # Debian packages.
