@@ -441,27 +441,36 @@ fn x86_64_signal_frame_restores_the_interrupted_registers_from_the_ucontext() {
 #[test]
 fn aarch64_a_handler_returning_to_the_trampoline_gives_it_as_an_exact_pc() {
     use aarch64::sigframe_offsets as o;
-    // A leaf handler: its return address, the trampoline, still in lr.
+    // A leaf handler: its return address, the trampoline, still in lr, and
+    // x29 the kernel's frame record above the signal frame (its copy of the
+    // interrupted x29/x30 in the ucontext). With a leaf row, the row says
+    // so; without one, the trampoline in lr is still taken (`entry`): a
+    // frame-pointer step would take that record and skip both the
+    // trampoline and the interrupted pc.
     let tramp = CODE + 0x300;
     let mut words = vec![0u64; 112];
     words[(o::PC / 8) as usize] = CODE + 0x40;
     words[(o::SP / 8) as usize] = STACK + 0x400;
+    words[0x308 / 8] = CODE + 0x80;
+    words[((o::REGS + 30 * 8) / 8) as usize] = CODE + 0x80;
     let st = stack(&words);
     let leaf = row(CfaRule::SpPlus(0), RegRule::SameValue, RegRule::SameValue);
-    let mut code = Fake::a64().row(CODE, CODE + 0x100, leaf);
-    code.trampoline = Some(tramp);
-    let (frames, _) = walk::<Aarch64>(a64(CODE + 0x10, STACK, 0, tramp), true, &st, code);
-    let f = |i: usize| frames.get(i).map(|f| (f.pc, f.precise, f.method));
-    assert_eq!(
-        f(1).map(|(pc, precise, _)| (pc, precise)),
-        Some((tramp, true)),
-        "{frames:x?}"
-    );
-    assert_eq!(
-        f(2),
-        Some((CODE + 0x40, true, Method::SignalFrame)),
-        "{frames:x?}"
-    );
+    for (code, method) in [
+        (Fake::a64().row(CODE, CODE + 0x100, leaf), Method::SFrame),
+        (Fake::a64(), Method::Entry),
+    ] {
+        let mut code = code;
+        code.trampoline = Some(tramp);
+        let regs = a64(CODE + 0x10, STACK, STACK + 0x300, tramp);
+        let (frames, _) = walk::<Aarch64>(regs, true, &st, code);
+        let f = |i: usize| frames.get(i).map(|f| (f.pc, f.precise, f.method));
+        assert_eq!(f(1), Some((tramp, true, method)), "{frames:x?}");
+        assert_eq!(
+            f(2),
+            Some((CODE + 0x40, true, Method::SignalFrame)),
+            "{frames:x?}"
+        );
+    }
 }
 
 #[test]
@@ -1602,37 +1611,5 @@ fn a_scan_in_the_last_slot_of_the_address_space_does_not_wrap_the_sp() {
         "{} frames: {:x?}",
         frames.len(),
         &frames[..frames.len().min(6)]
-    );
-}
-
-#[test]
-fn aarch64_a_leaf_handler_without_a_row_is_left_for_the_trampoline_in_its_link_register() {
-    use aarch64::sigframe_offsets as o;
-    // A signal lands in a leaf handler without a row: x30 still holds the
-    // trampoline, and x29 the kernel's frame record above the signal frame
-    // (its copy of the interrupted x29/x30 in the ucontext). A frame-pointer
-    // step would take that record and skip both the trampoline and the
-    // interrupted pc.
-    let tramp = CODE + 0x300;
-    let mut words = vec![0u64; 112];
-    words[(o::PC / 8) as usize] = CODE + 0x40;
-    words[(o::SP / 8) as usize] = STACK + 0x400;
-    words[0x308 / 8] = CODE + 0x80;
-    words[((o::REGS + 30 * 8) / 8) as usize] = CODE + 0x80;
-    let st = stack(&words);
-    let mut code = Fake::a64();
-    code.trampoline = Some(tramp);
-    let regs = a64(CODE + 0x10, STACK, STACK + 0x300, tramp);
-    let (frames, _) = walk::<Aarch64>(regs, true, &st, code);
-    let got: Vec<_> = frames.iter().map(|f| (f.pc, f.precise, f.method)).collect();
-    assert_eq!(
-        got.get(1..3),
-        Some(
-            &[
-                (tramp, true, Method::Entry),
-                (CODE + 0x40, true, Method::SignalFrame)
-            ][..]
-        ),
-        "{got:x?}"
     );
 }
