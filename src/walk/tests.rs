@@ -136,6 +136,15 @@ fn walk_with<A: Arch>(
     (frames, w.stop_reason())
 }
 
+/// The default options with scanning off: a walk that ends where the
+/// steps under test do, rather than scanning on.
+fn without_scans() -> WalkOptions {
+    WalkOptions {
+        scan_words: 0,
+        ..Default::default()
+    }
+}
+
 fn x86(rip: u64, rsp: u64, rbp: u64) -> x86_64::Regs {
     x86_64::Regs {
         rip,
@@ -205,10 +214,7 @@ fn frame_pointers_are_followed_where_no_row_applies() {
 fn a_frame_pointer_loop_ends_the_walk() {
     // rbp points at itself: the second step would not raise sp.
     let st = stack(&[STACK, CODE + 0x55, 0]);
-    let opts = WalkOptions {
-        scan_words: 0,
-        ..Default::default()
-    };
+    let opts = without_scans();
     let (frames, stop) =
         walk_with::<X86_64>(x86(CODE + 0x10, STACK, STACK), true, &st, Fake::x86(), opts);
     assert_eq!(frames.len(), 2);
@@ -479,10 +485,7 @@ fn a_signal_between_a_trampolines_two_instructions_is_crossed() {
     // `mov x8, #139` (AArch64): the exact pc is inside the trampoline and
     // the stack is as at its start. It used to be stepped as plain code.
     let tramp = CODE + 0x300;
-    let opts = WalkOptions {
-        scan_words: 0,
-        ..Default::default()
-    };
+    let opts = without_scans();
     {
         use x86_64::ucontext_offsets as o;
         let mut words = vec![0u64; 80];
@@ -635,10 +638,7 @@ fn aarch64_a_row_naming_x19_applies_in_the_first_frame_only() {
     w[5] = CODE + 0x20a; // B's frame record at STACK + 0x20
     w[9] = CODE + 0x20f; // the stale word
     let st = stack(&w);
-    let opts = WalkOptions {
-        scan_words: 0,
-        ..Default::default()
-    };
+    let opts = without_scans();
     let regs = |pc| aarch64::Regs {
         x19_x28: [STACK + 0x40, 0, 0, 0, 0, 0, 0, 0, 0, 0],
         ..a64(pc, STACK, STACK, 0)
@@ -913,10 +913,7 @@ fn aarch64_an_inexact_sp_is_fixed_by_the_frame_record_the_chain_points_at() {
     w[0x58 / 8] = CODE + 0x208;
     let st = stack(&w);
     let regs = a64(CODE + 0x10, STACK, STACK + 0x20, 0);
-    let opts = WalkOptions {
-        scan_words: 0,
-        ..Default::default()
-    };
+    let opts = without_scans();
     let (frames, _) = walk_with::<Aarch64>(regs, true, &st, code.clone(), opts);
     assert_eq!(frames[1].method, Method::FramePointer);
     assert_eq!(
@@ -958,10 +955,7 @@ fn aarch64_the_frame_record_fixes_an_inexact_sp_below_a_large_callee_frame() {
     w[0x408 / 8] = CODE + 0x208;
     let st = stack(&w);
     let regs = a64(CODE + 0x10, STACK, STACK, 0);
-    let opts = WalkOptions {
-        scan_words: 0,
-        ..Default::default()
-    };
+    let opts = without_scans();
     let (frames, _) = walk_with::<Aarch64>(regs, true, &st, code, opts);
     assert_eq!(frames[1].method, Method::FramePointer);
     assert_eq!(
@@ -1001,10 +995,7 @@ fn aarch64_a_rewritten_ucontext_never_makes_the_kernels_frame_record_a_signal_fr
     w[at(record + 16)] = STACK + 0x1380;
     w[at(record + 24)] = CODE + 0x64;
     let st = stack(&w);
-    let opts = WalkOptions {
-        scan_words: 0,
-        ..Default::default()
-    };
+    let opts = without_scans();
     let regs = a64(CODE + 0x10, STACK, STACK, tramp);
     // With a row for the handler (CFA = sp + 0x40, x29 and x30 at its
     // bottom), the trampoline's sp is exact and the ucontext is read
@@ -1066,10 +1057,7 @@ fn aarch64_the_slot_search_prefers_a_return_address_after_a_direct_call_to_the_f
     w[0x28 / 8] = CODE + 0x104;
     w[0x48 / 8] = CODE + 0x3f8;
     w[0x58 / 8] = CODE + 0x208;
-    let opts = WalkOptions {
-        scan_words: 0,
-        ..Default::default()
-    };
+    let opts = without_scans();
     let regs = a64(CODE + 0x10, STACK, STACK + 0x20, 0);
     let (frames, _) = walk_with::<Aarch64>(regs, true, &stack(&w), code, opts);
     assert_eq!(
@@ -1111,10 +1099,7 @@ fn the_frame_pointer_end_marker_is_reported_the_same_whatever_turns_scanning_off
     let regs = x86(CODE + 0x10, STACK, STACK + 16);
     let stop_with = |opts| walk_with::<X86_64>(regs, true, &st, Fake::x86(), opts).1;
     for opts in [
-        WalkOptions {
-            scan_words: 0,
-            ..Default::default()
-        },
+        without_scans(),
         WalkOptions {
             max_scans_in_a_row: 0,
             ..Default::default()
