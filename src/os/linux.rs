@@ -1132,38 +1132,25 @@ mod tests {
         (mem, Some((at, len as u64)))
     }
 
+    /// Records module `index`, a library at `path` that needs nothing (not
+    /// a root).
+    fn record_library(deps: &mut Deps, index: usize, path: &[u8]) {
+        record_deps(deps, index, &module(path, &[0u8; 16]), None, false);
+    }
+
     #[test]
     fn dependencies_of_the_roots_are_pinned_and_nameless_or_same_named_modules_never_are() {
         // Two DT_NEEDED, one of them an empty name.
         let (mem, dynamic) = dynamic_section(&[0, 1], b"\0libc.so.6\0");
         let mut deps = Deps::new();
         record_deps(&mut deps, 0, &module(b"/bin/prog", &mem), dynamic, true);
-        let other = [0u8; 16];
-        record_deps(&mut deps, 1, &module(b"", &other), None, false);
-        record_deps(
-            &mut deps,
-            2,
-            &module(b"/lib/libc.so.6", &other),
-            None,
-            false,
-        );
-        record_deps(
-            &mut deps,
-            3,
-            &module(b"/lib/plugin.so", &other),
-            None,
-            false,
-        );
+        record_library(&mut deps, 1, b"");
+        record_library(&mut deps, 2, b"/lib/libc.so.6");
+        record_library(&mut deps, 3, b"/lib/plugin.so");
         assert_eq!(deps.close(4), [true, false, true, false]);
         // A second libc.so.6, loaded by path from elsewhere: the needed name
         // may mean either copy, so neither is pinned.
-        record_deps(
-            &mut deps,
-            4,
-            &module(b"/tmp/copy/libc.so.6", &other),
-            None,
-            false,
-        );
+        record_library(&mut deps, 4, b"/tmp/copy/libc.so.6");
         deps.pinned[2] = false;
         assert_eq!(deps.close(5), [true, false, false, false, false]);
     }
@@ -1175,17 +1162,10 @@ mod tests {
     fn with_a_module_left_out_only_the_roots_are_pinned() {
         // The program needs libx.so.
         let (mem, dynamic) = dynamic_section(&[1], b"\0libx.so\0");
-        let other = [0u8; 16];
         let build = |incomplete| {
             let mut deps = Deps::new();
             record_deps(&mut deps, 0, &module(b"/bin/prog", &mem), dynamic, true);
-            record_deps(
-                &mut deps,
-                1,
-                &module(b"/tmp/a/libx.so", &other),
-                None,
-                false,
-            );
+            record_library(&mut deps, 1, b"/tmp/a/libx.so");
             deps.incomplete = incomplete;
             deps
         };
