@@ -819,10 +819,6 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
                 }
             }
         }
-        // A scanned frame may be a stale one, its sp only the scan's guess:
-        // a zero its row reads proves nothing, and a further scan may still
-        // find the caller.
-        let scanned = cur.method == Method::Scan;
         // A handler without a row, interrupted before it saved its link
         // register in a frame record, holds its return address to the
         // trampoline only there. A trampoline follows no call, so the
@@ -843,6 +839,10 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
                 }
             }
         }
+        // A scanned frame may be a stale one, its sp only the scan's guess:
+        // a zero its row reads proves nothing, and a further scan may still
+        // find the caller.
+        let scanned = cur.method == Method::Scan;
         if self.opts.use_tables {
             match lookup {
                 Lookup::SFrame(row) => {
