@@ -13,21 +13,10 @@ use std::path::Path;
 
 /// `text` through `sed -E script`.
 fn sed(script: &str, text: &str) -> String {
-    use std::io::Write;
-    use std::process::{Command, Stdio};
-    let mut child = Command::new("sed")
-        .args(["-E", script])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = common::pipe(
+        std::process::Command::new("sed").args(["-E", script]),
+        text.as_bytes(),
+    );
     assert!(out.status.success());
     String::from_utf8(out.stdout).unwrap()
 }

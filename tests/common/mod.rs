@@ -249,21 +249,29 @@ pub fn build_id_tree(out: &std::path::Path, args: &[&std::path::Path]) {
         .args(args));
 }
 
-/// (stdout, stderr) of `tool --filter-markup` over `input`, with the
-/// `.build-id` tree `tree` as its debug file directory.
-pub fn symbolize(tool: &str, tree: &std::path::Path, input: &[u8]) -> (String, String) {
+/// The output of `cmd` with `input` on its standard input.
+pub fn pipe(cmd: &mut std::process::Command, input: &[u8]) -> std::process::Output {
     use std::io::Write;
-    use std::process::{Command, Stdio};
-    let mut child = Command::new(tool)
-        .arg("--filter-markup")
-        .arg(format!("--debug-file-directory={}", tree.display()))
+    use std::process::Stdio;
+    let mut child = cmd
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap_or_else(|e| panic!("{tool}: {e} (scripts/test.sh installs llvm-16 and llvm-19)"));
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e} (scripts/test.sh installs the tools)"));
     child.stdin.take().unwrap().write_all(input).unwrap();
-    let out = child.wait_with_output().unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// (stdout, stderr) of `tool --filter-markup` over `input`, with the
+/// `.build-id` tree `tree` as its debug file directory.
+pub fn symbolize(tool: &str, tree: &std::path::Path, input: &[u8]) -> (String, String) {
+    let out = pipe(
+        std::process::Command::new(tool)
+            .arg("--filter-markup")
+            .arg(format!("--debug-file-directory={}", tree.display())),
+        input,
+    );
     (
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
