@@ -155,3 +155,130 @@ fn arm64_walk_recovers_a_leaf_from_lr_then_frame_records_by_compact_unwind() {
     );
     assert_eq!(stop, StopReason::ReturnAddressZero);
 }
+
+// A compact encoding describes a function's body. Frame 0 and a frame a
+// signal interrupted have an exact pc, which may lie in a prologue or an
+// epilogue; the instructions there give the caller (a stack overflow's
+// fault lands on a prologue's first push or store). Stacks follow the
+// fixtures' disassembly (`llvm-objdump-16 -d`).
+
+/// The first two frames of a walk from an exact pc: (offset of pc from
+/// `BASE`, sp).
+fn first_two<A: Arch>(regs: A::Regs, stack: &[u64], image: &str) -> Vec<(u64, u64)> {
+    let (frames, _) = walk::<A>(regs, true, &le(stack), Image::open(image));
+    frames.iter().take(2).map(|f| (f.pc - BASE, f.sp)).collect()
+}
+
+/// `_framed_saved` (RBP frame) called from `_with_lsda` at 0x69c: below
+/// the return address 0x6a1, `_with_lsda` pushed rbx and r14 under its
+/// frame record {0, RA 0x5a4} at SP + 32, where its rbp points.
+const X86_CALLER: [u64; 4] = [0x1b, 0x14, 0, BASE + 0x5a4];
+
+fn x86_at(rip: u64, rbp: u64) -> x86_64::Regs {
+    x86_64::Regs {
+        rip: BASE + rip,
+        rsp: SP,
+        rbp,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn x86_64_a_frame_interrupted_at_its_first_instruction_keeps_its_caller() {
+    // At `push rbp`: the return address is at rsp, rbp is the caller's.
+    let st = [&[BASE + 0x6a1][..], &X86_CALLER].concat();
+    let got = first_two::<X86_64>(x86_at(0x570, SP + 24), &st, "encodings-fp-x86_64.dylib");
+    assert_eq!(got, [(0x570, SP), (0x6a1, SP + 8)]);
+}
+
+#[test]
+fn x86_64_a_frame_interrupted_after_pushing_rbp_keeps_its_caller() {
+    // At `mov rbp, rsp`: rbp pushed, not yet moved.
+    let st = [&[SP + 32, BASE + 0x6a1][..], &X86_CALLER].concat();
+    let got = first_two::<X86_64>(x86_at(0x571, SP + 32), &st, "encodings-fp-x86_64.dylib");
+    assert_eq!(got, [(0x571, SP), (0x6a1, SP + 16)]);
+}
+
+#[test]
+fn x86_64_a_frame_interrupted_at_its_ret_keeps_its_caller() {
+    // At `retq`: the epilogue popped everything, rbp is the caller's again.
+    let st = [&[BASE + 0x6a1][..], &X86_CALLER].concat();
+    let got = first_two::<X86_64>(x86_at(0x5c6, SP + 24), &st, "encodings-fp-x86_64.dylib");
+    assert_eq!(got, [(0x5c6, SP), (0x6a1, SP + 8)]);
+}
+
+#[test]
+fn x86_64_a_frameless_function_interrupted_mid_prologue_or_epilogue_keeps_its_caller() {
+    // nofp `_framed_saved` (frameless, 48 bytes): push rbp, r15, r14,
+    // rbx, rax. At 0x575 three pushes have run; at 0x5b4 (`pop rbx`,
+    // after `addq $8`) four pops and `retq` remain. The caller is
+    // `_with_lsda`, returned into at 0x67e.
+    let image = "encodings-nofp-x86_64.dylib";
+    let st = [0x14, 0x15, 0xbb, BASE + 0x67e, 0, 0];
+    let got = first_two::<X86_64>(x86_at(0x575, 0x55), &st, image);
+    assert_eq!(got, [(0x575, SP), (0x67e, SP + 32)]);
+    let st = [0xb0b, 0x14, 0x15, 0xbb, BASE + 0x67e, 0, 0];
+    let (frames, _) = walk::<X86_64>(x86_at(0x5b4, 0x55), true, &le(&st), Image::open(image));
+    assert_eq!((frames[1].pc - BASE, frames[1].sp), (0x67e, SP + 40));
+}
+
+fn a64_at(pc: u64, sp: u64, fp: u64, lr: u64) -> aarch64::Regs {
+    aarch64::Regs {
+        pc: BASE + pc,
+        sp,
+        fp,
+        lr: BASE + lr,
+        x19_x28: [0; 10],
+    }
+}
+
+#[test]
+fn arm64_a_frame_interrupted_at_its_first_instruction_keeps_its_caller() {
+    // `_frameless_small` (frame mode) at 0x594, its `stp x29, x30,
+    // [sp, #-0x10]!`: the return address into `_with_lsda` (0x688) is only
+    // in lr, and fp is still `_with_lsda`'s, whose record {0, RA} is at
+    // sp + 0x10.
+    let st = [1, 2, 0, BASE + 0x558];
+    let got = first_two::<Aarch64>(a64_at(0x594, SP, SP + 0x10, 0x688), &st, FP_ARM64);
+    assert_eq!(got, [(0x594, SP), (0x688, SP)]);
+}
+
+const FP_ARM64: &str = "encodings-fp-arm64.dylib";
+
+#[test]
+fn arm64_a_frame_interrupted_mid_prologue_keeps_its_caller() {
+    // `_framed_saved`: sub sp, sp, #0x50, then four pair stores, the
+    // frame record last, then `add x29, sp, #0x40`. At 0x530 and at 0x534
+    // x29 is still the caller's (its record {0, RA 0x558} at sp + 0x50),
+    // and the return address into `_with_lsda` (0x688) is in lr.
+    let mut st = vec![0u64; 12];
+    st[11] = BASE + 0x558;
+    for pc in [0x524, 0x530, 0x534] {
+        let got = first_two::<Aarch64>(a64_at(pc, SP, SP + 0x50, 0x688), &st, FP_ARM64);
+        assert_eq!(got, [(pc, SP), (0x688, SP + 0x50)], "at {pc:#x}");
+    }
+}
+
+#[test]
+fn arm64_a_frame_interrupted_mid_epilogue_keeps_its_caller() {
+    // `_framed_saved` at 0x580: `ldp x29, x30, [sp, #0x40]` has run, so fp
+    // and lr are the caller's; three pair loads, `add sp, sp, #0x50` and
+    // `ret` remain. At 0x590 only the `ret` does.
+    let mut st = vec![0u64; 12];
+    st[11] = BASE + 0x558;
+    let got = first_two::<Aarch64>(a64_at(0x580, SP, SP + 0x50, 0x688), &st, FP_ARM64);
+    assert_eq!(got, [(0x580, SP), (0x688, SP + 0x50)]);
+    let got = first_two::<Aarch64>(a64_at(0x590, SP + 0x50, SP + 0x50, 0x688), &st, FP_ARM64);
+    assert_eq!(got, [(0x590, SP + 0x50), (0x688, SP + 0x50)]);
+}
+
+#[test]
+fn arm64_an_epilogue_that_loads_the_frame_record_is_run_to_its_ret() {
+    // `_big_frame` at 0x640: `ldp x29, x30, [sp, #0x10]`, `ldp x28, x27,
+    // [sp], #0x20`, `ret`. The record read is the caller's RA, and the
+    // caller's sp is 0x20 up. (The frame step agrees here: x29 is still
+    // this frame's.)
+    let st = [0x28, 0x27, SP + 0x40, BASE + 0x688, 0, 0, 0, 0, 0, 0];
+    let got = first_two::<Aarch64>(a64_at(0x640, SP, SP + 0x10, 0x5a0), &st, FP_ARM64);
+    assert_eq!(got, [(0x640, SP), (0x688, SP + 0x20)]);
+}

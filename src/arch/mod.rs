@@ -161,6 +161,26 @@ pub(crate) fn read<M: MemoryReader>(mem: &M, addr: u64) -> Result<u64, StepError
     mem.read_u64(addr).ok_or(StepError::Unreadable)
 }
 
+/// Reads as much of `buf` as `mem` holds from `addr` on: the whole at
+/// once, else in pieces that end on 8-byte boundaries (none crosses a
+/// page) up to the first that fails, as for code near the end of its
+/// mapping. Returns the length read.
+pub(crate) fn read_prefix<M: MemoryReader>(mem: &M, addr: u64, buf: &mut [u8]) -> usize {
+    if mem.read(addr, buf) {
+        return buf.len();
+    }
+    let mut done = 0;
+    while done < buf.len() {
+        let at = addr.wrapping_add(done as u64);
+        let piece = (8 - (at % 8) as usize).min(buf.len() - done);
+        if !mem.read(at, &mut buf[done..done + piece]) {
+            break;
+        }
+        done += piece;
+    }
+    done
+}
+
 /// `base + off` with the offset sign-extended.
 pub(crate) fn apply_offset(base: u64, off: i32) -> u64 {
     base.wrapping_add(off as i64 as u64)

@@ -9,6 +9,7 @@ use crate::memory::MemoryReader;
 #[cfg(target_arch = "aarch64")]
 mod capture;
 pub mod compact;
+pub mod edge;
 #[cfg(target_arch = "aarch64")]
 pub use capture::{call_site, capture};
 
@@ -177,12 +178,12 @@ impl Arch for Aarch64 {
     /// See [`compact::step`].
     fn step_compact<M: MemoryReader>(
         encoding: u32,
-        _func_start: u64,
+        func_start: u64,
         r: &Regs,
         mem: &M,
         ra_in_register_ok: bool,
     ) -> Result<Regs, super::CompactStep> {
-        compact::step(encoding, r, mem, ra_in_register_ok)
+        compact::step(encoding, func_start, r, mem, ra_in_register_ok)
     }
 
     /// `(pc, sp, fp) = (strip(*(fp + 8)), fp + 16, *fp)`. The caller's sp is

@@ -7,6 +7,7 @@ use crate::memory::MemoryReader;
 #[cfg(target_arch = "x86_64")]
 mod capture;
 pub mod compact;
+pub mod edge;
 #[cfg(target_arch = "x86_64")]
 pub use capture::{call_site, capture};
 
@@ -108,16 +109,16 @@ impl Arch for X86_64 {
         })
     }
 
-    /// See [`compact::step`]; no frame keeps its return address in a
-    /// register.
+    /// See [`compact::step`]; `ra_in_register_ok` marks an exact pc,
+    /// which may lie in a prologue or epilogue.
     fn step_compact<M: MemoryReader>(
         encoding: u32,
         func_start: u64,
         r: &Regs,
         mem: &M,
-        _ra_in_register_ok: bool,
+        ra_in_register_ok: bool,
     ) -> Result<Regs, super::CompactStep> {
-        compact::step(encoding, func_start, r, mem)
+        compact::step(encoding, func_start, r, mem, ra_in_register_ok)
     }
 
     /// `(rip, rsp, rbp) = (*(rbp + 8), rbp + 16, *rbp)`
