@@ -161,16 +161,16 @@ pub fn capture_here() -> (Regs, bool) {
 }
 
 /// Reads the GOT slot a call before `ra` names: directly where it lies in
-/// the data of the pinned module that `ra` is in (the usual case: the
+/// the data of a module read directly that `ra` is in (the usual case: the
 /// main program), otherwise through a checked read (a system call), since
 /// the bytes may not be a call at all.
 #[cold]
 fn read_got_slot(ra: u64, slot: u64) -> Option<u64> {
-    let direct = modules::current().is_some_and(|t| t.pinned_readable(ra.wrapping_sub(1), slot, 8));
+    let direct = modules::current().is_some_and(|t| t.direct_readable(ra.wrapping_sub(1), slot, 8));
     let mut word = [0u8; 8];
     if direct {
         // SAFETY: the slot lies in a readable segment of a module that is
-        // never unloaded.
+        // never unloaded and whose file cannot shrink.
         word = unsafe { core::ptr::read_unaligned(slot as *const [u8; 8]) };
     } else if !crate::os::read_checked(slot, &mut word) {
         return None;

@@ -117,8 +117,13 @@ pub struct Module {
     text: (u64, u64),
     /// How many segments are executable: with one, `text` is that segment.
     code_count: u8,
-    /// The module can never be unloaded, so its code is read directly.
+    /// The module can never be unloaded.
     pinned: bool,
+    /// Its code is mapped from no file (the vDSO), from one the kernel
+    /// keeps from being written while it runs (the main program), or from
+    /// one a checked read itself runs code from: no truncation of it can
+    /// make a direct read fault where a checked read would not.
+    fixed: bool,
     /// An executable segment lacks `PF_R` (execute-only code): its code is
     /// read only through checked reads, even when pinned.
     exec_only: bool,
@@ -164,6 +169,7 @@ impl Module {
         text: (u64::MAX, 0),
         code_count: 0,
         pinned: false,
+        fixed: false,
         exec_only: false,
     };
 
@@ -255,10 +261,23 @@ impl Module {
 
     /// Whether the module can never be unloaded (the main program, the
     /// dynamic linker, the vDSO, what they depend on, `DF_1_NODELETE`
-    /// objects): the walk then reads its code directly, without a checked
-    /// read's system call.
+    /// objects): what the walk learns from its code holds until the next
+    /// refresh.
     pub fn pinned(&self) -> bool {
         self.pinned
+    }
+
+    /// Whether the walk reads the module's code directly, without a checked
+    /// read's system call: a pinned module whose code is readable and comes
+    /// from the main program, whose file the kernel keeps from being written
+    /// while it runs, from the vDSO, which has no file, or from the modules
+    /// holding the code a checked read runs (stackmark's and the C
+    /// library's), which a truncation would fault in the checked read
+    /// itself. Any other library's file can be truncated under its mapping
+    /// (`cp` over it), and a direct read of a page past its new end would
+    /// raise SIGBUS, pinned or not.
+    pub fn read_directly(&self) -> bool {
+        self.pinned && self.fixed && !self.exec_only
     }
 
     /// Marks the module as one that can never be unloaded ([`Module::pinned`]).
@@ -266,6 +285,14 @@ impl Module {
     #[cfg(target_os = "linux")]
     pub(crate) fn pin(&mut self) {
         self.pinned = true;
+    }
+
+    /// Marks the module's code as mapped from a file nothing may write, or
+    /// from none ([`Module::read_directly`]). Only the module discovery,
+    /// which knows, may say so.
+    #[cfg(target_os = "linux")]
+    pub(crate) fn fix(&mut self) {
+        self.fixed = true;
     }
 
     /// The executable segment holding `addr`, as `[start, end)`.
@@ -484,10 +511,11 @@ impl Table {
         None
     }
 
-    /// Whether `addr..addr + len` lies in one readable segment of a pinned
-    /// module ([`Module::pinned`]) whose code holds `code`: memory mapped
-    /// for the life of the process, which may be read directly.
-    pub fn pinned_readable(&self, code: u64, addr: u64, len: u64) -> bool {
+    /// Whether `addr..addr + len` lies in one readable segment of a module
+    /// whose code holds `code` and is read directly
+    /// ([`Module::read_directly`]): memory mapped for the life of the
+    /// process, which no truncation makes fault.
+    pub fn direct_readable(&self, code: u64, addr: u64, len: u64) -> bool {
         let Some(m) = self.module_for_code(code) else {
             return false;
         };
@@ -495,6 +523,7 @@ impl Table {
             return false;
         };
         m.pinned
+            && m.fixed
             && m.segments()
                 .iter()
                 .any(|s| s.readable() && s.contains(addr) && s.contains(last))
@@ -686,9 +715,10 @@ impl CodeMap for Table {
         self.module_for_code(addr)?.code_segment(addr)
     }
 
-    /// A pinned module's code directly; anything else through a checked
-    /// read, since its library may have been unloaded since the refresh,
-    /// or its code may be execute-only (mapped without read permission).
+    /// The code of a module read directly ([`Module::read_directly`])
+    /// directly; anything else through a checked read, since its library
+    /// may have been unloaded since the refresh, its file truncated, or its
+    /// code may be execute-only (mapped without read permission).
     fn read_code(&self, addr: u64, buf: &mut [u8]) -> bool {
         let Some(m) = self.module_for_code(addr) else {
             return false;
@@ -702,10 +732,11 @@ impl CodeMap for Table {
         {
             return false;
         }
-        if m.pinned && !m.exec_only {
+        if m.read_directly() {
             // SAFETY: `addr..addr + len` lies in one executable segment of a
-            // module that is never unloaded, so it stays mapped, and every
-            // executable segment of it is mapped readable (`PF_R`).
+            // module that is never unloaded and whose file cannot shrink, so
+            // it stays mapped and backed, and every executable segment of it
+            // is mapped readable (`PF_R`).
             unsafe {
                 core::ptr::copy_nonoverlapping(addr as *const u8, buf.as_mut_ptr(), buf.len())
             };
@@ -1164,12 +1195,13 @@ mod tests {
         m.set_name(b"x");
         assert!(m.push_segment(segment(PF_X)));
         m.pin();
+        m.fix();
         let mut t = Box::new(Table::EMPTY);
         t.push(m);
         t.finish(1);
         let mut buf = [0u8; 8];
         assert!(!t.read_code(page.addr() + 16, &mut buf));
-        // Readable code is what pinned modules' direct reads rely on.
+        // Readable code is what direct reads rely on.
         let mut m = Module::EMPTY;
         assert!(m.push_segment(segment(PF_R | PF_X)));
         assert!(!m.exec_only);
@@ -1177,7 +1209,8 @@ mod tests {
 
     #[cfg(target_os = "linux")]
     #[test]
-    fn data_is_pinned_and_readable_only_inside_one_readable_segment_of_a_pinned_module() {
+    fn data_is_read_directly_only_inside_one_readable_segment_of_a_pinned_module_with_a_fixed_file()
+    {
         // "a": code at 0x1000, read-only data at 0x3000, writable data at
         // 0x4000 (adjacent), a segment with no access at 0x6000.
         let mut a = module(b"a", &[(0x1000, 0x2000)], &[(0x3000, 0x4000)]);
@@ -1195,26 +1228,33 @@ mod tests {
         t.push(b.clone());
         t.finish(1);
         // Not pinned: never direct.
-        assert!(!t.pinned_readable(0x1800, 0x3000, 8));
+        assert!(!t.direct_readable(0x1800, 0x3000, 8));
+        // Pinned, but from a file that may be truncated: not direct either.
         a.pin();
+        let mut t = Box::new(Table::EMPTY);
+        t.push(a.clone());
+        t.push(b.clone());
+        t.finish(2);
+        assert!(!t.direct_readable(0x1800, 0x3000, 8));
+        a.fix();
         let mut t = Box::new(Table::EMPTY);
         t.push(a);
         t.push(b);
-        t.finish(2);
-        assert!(t.pinned_readable(0x1800, 0x3000, 8));
-        assert!(t.pinned_readable(0x1800, 0x3ff8, 8));
-        assert!(t.pinned_readable(0x1800, 0x4ff8, 8));
+        t.finish(3);
+        assert!(t.direct_readable(0x1800, 0x3000, 8));
+        assert!(t.direct_readable(0x1800, 0x3ff8, 8));
+        assert!(t.direct_readable(0x1800, 0x4ff8, 8));
         // Across two segments, past the last, without access, in another
         // module, empty, or wrapping around.
-        assert!(!t.pinned_readable(0x1800, 0x3ffc, 8));
-        assert!(!t.pinned_readable(0x1800, 0x5000, 8));
-        assert!(!t.pinned_readable(0x1800, 0x6000, 8));
-        assert!(!t.pinned_readable(0x1800, 0x12000, 8));
-        assert!(!t.pinned_readable(0x1800, 0x3000, 0));
-        assert!(!t.pinned_readable(0x1800, u64::MAX - 3, 8));
+        assert!(!t.direct_readable(0x1800, 0x3ffc, 8));
+        assert!(!t.direct_readable(0x1800, 0x5000, 8));
+        assert!(!t.direct_readable(0x1800, 0x6000, 8));
+        assert!(!t.direct_readable(0x1800, 0x12000, 8));
+        assert!(!t.direct_readable(0x1800, 0x3000, 0));
+        assert!(!t.direct_readable(0x1800, u64::MAX - 3, 8));
         // Code that is not the module's own, or no code at all.
-        assert!(!t.pinned_readable(0x10800, 0x3000, 8));
-        assert!(!t.pinned_readable(0x3000, 0x3000, 8));
+        assert!(!t.direct_readable(0x10800, 0x3000, 8));
+        assert!(!t.direct_readable(0x3000, 0x3000, 8));
     }
 
     #[test]

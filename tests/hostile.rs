@@ -585,3 +585,71 @@ fn after_fork_a_new_thread_in_the_child_does_not_inherit_a_parents_bounds() {
         c => panic!("the child failed ({c})"),
     }
 }
+
+const TEST_PROBE_RACE: &str = "a_probed_page_another_thread_unmaps_does_not_kill_a_walk";
+
+/// A stack nobody registered is found by probing pages upwards from the
+/// walk's sp; a readable mapping directly above it (the next stack of a
+/// fiber pool, a heap) counts as more of it. A probe proves only that a
+/// page was readable then: another thread may take it away meanwhile, and
+/// a direct read of it faulted. Probed memory is read through checked
+/// reads. Runs in a child process (a fault kills the child).
+#[test]
+fn a_probed_page_another_thread_unmaps_does_not_kill_a_walk() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    if std::env::var("STACKMARK_PROBE_RACE").is_ok() {
+        const PAGE: usize = 4096;
+        stackmark::init().unwrap();
+        // SAFETY: a fresh private anonymous mapping of two pages.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                2 * PAGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED);
+        // The "fiber stack" is the first page; the second lies above it.
+        let above = base as usize + PAGE;
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    // SAFETY: the second page of the mapping above.
+                    unsafe {
+                        libc::mprotect(above as *mut _, PAGE, libc::PROT_NONE);
+                        libc::mprotect(above as *mut _, PAGE, libc::PROT_READ);
+                    }
+                }
+            });
+            // pc in no code, no frame pointer: the walk scans upwards from
+            // sp, into the page above.
+            let mut regs = stackmark::Regs::default();
+            set(&mut regs, 0x1000, base as u64 + PAGE as u64 - 64, 0);
+            let mut out = [Frame::default(); 4];
+            // Each walk makes checked reads; a direct one faulted within
+            // the first few hundred walks.
+            for _ in 0..20_000 {
+                stackmark::walk_from(regs, false, WalkOptions::default(), &mut out);
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let out = common::run_target_binary(
+        &exe,
+        &[TEST_PROBE_RACE, "--exact", "--test-threads=1"],
+        &[("STACKMARK_PROBE_RACE", "1")],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("test result: ok. 1 passed"),
+        "the child ({:?}):\n{stdout}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -482,3 +482,78 @@ fn a_library_file_shortened_during_a_refresh_does_not_stop_it() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+const TEST_TRUNCATED: &str = "a_pinned_library_truncated_on_disk_does_not_kill_a_walk";
+
+/// A library that can never be unloaded (`-z nodelete`, or one the program
+/// needs) can still have its file truncated under its mapping, as `cp`
+/// over it does; every page past the new end then raises SIGBUS. Its code
+/// was read directly, so a walk that asked whether a call precedes a
+/// return address into it died. Runs in a child process.
+#[test]
+fn a_pinned_library_truncated_on_disk_does_not_kill_a_walk() {
+    if let Ok(lib) = std::env::var("STACKMARK_TRUNCATED_LIB") {
+        let lib = PathBuf::from(lib);
+        stackmark::init().unwrap();
+        let h = dlopen(&lib);
+        stackmark::refresh().unwrap();
+        assert!(module(&lib, |m| m.pinned() && !m.read_directly()));
+        // SAFETY: `site` is the library's `void *site(void)`.
+        let site: extern "C" fn() -> u64 =
+            unsafe { std::mem::transmute(libc::dlsym(h, c"site".as_ptr())) };
+        // A return address just after a call, 16 KiB into the library.
+        let ra = site();
+        let data = std::fs::read(&lib).unwrap();
+        let file = std::fs::OpenOptions::new().write(true).open(&lib).unwrap();
+        file.set_len(0).unwrap();
+        // A call through a null pointer: pc 0, the return address at sp.
+        let stack = [ra, 0u64, 0, 0];
+        let mut regs = stackmark::Regs::default();
+        #[cfg(target_arch = "x86_64")]
+        {
+            regs.rsp = stack.as_ptr() as u64;
+        }
+        #[cfg(target_arch = "aarch64")]
+        {
+            regs.sp = stack.as_ptr() as u64;
+            regs.lr = ra;
+        }
+        let mut out = [Frame::default(); 8];
+        let n = stackmark::walk_from(regs, true, stackmark::WalkOptions::default(), &mut out);
+        std::hint::black_box(&stack);
+        // The bytes before the return address cannot be read now: the walk
+        // goes on without it (scanning on up the real stack) instead of
+        // faulting.
+        let survived = n >= 1 && out[..n].iter().all(|f| f.pc != ra);
+        // Back as it was, for a failure's backtrace, which reads the
+        // library's headers.
+        std::os::unix::fs::FileExt::write_all_at(&file, &data, 0).unwrap();
+        assert!(survived, "{:x?}", &out[..n]);
+        // The truncation also dropped the library's relocated data pages,
+        // so its destructors would fault at exit: leave without them.
+        println!("the walk survived");
+        std::io::Write::flush(&mut std::io::stdout()).unwrap();
+        // SAFETY: ends the child process at once.
+        unsafe { libc::_exit(0) };
+    }
+    let dir = common::workdir("truncated");
+    let src =
+        "__attribute__((noinline)) void *get_ra(void) { return __builtin_return_address(0); }\n\
+               void pad(void) { __asm__ volatile(\".fill 16384, 1, 0x90\"); }\n\
+               void *site(void) { void *volatile r = get_ra(); return r; }\n";
+    let lib = library(&dir, src, "libtruncated.so", &["-Wl,-z,nodelete"]);
+    let exe = std::env::current_exe().unwrap();
+    let out = common::run_target_binary(
+        &exe,
+        &[TEST_TRUNCATED, "--exact", "--test-threads=1", "--nocapture"],
+        &[("STACKMARK_TRUNCATED_LIB", lib.to_str().unwrap())],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("the walk survived"),
+        "the child ({:?}):\n{stdout}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,8 +1,10 @@
 //! Pinned modules: the main program, the dynamic linker, the vDSO and what
-//! they depend on can never be unloaded, so walks read their code directly;
-//! a library loaded with `dlopen` can be, so its code is only read through
-//! checked reads. The dependencies come from each module's dynamic section,
-//! checked here against `readelf -d`.
+//! they depend on can never be unloaded; a library loaded with `dlopen` can
+//! be, so its code is only read through checked reads. Walks read directly
+//! only the code of pinned modules whose file cannot be cut short under
+//! them without a checked read faulting too: the program, the vDSO, and the
+//! C library a checked read runs. The dependencies come from each module's
+//! dynamic section, checked here against `readelf -d`.
 
 #![cfg(target_os = "linux")]
 
@@ -24,7 +26,8 @@ fn file_name(m: &Module) -> String {
 }
 
 #[test]
-fn the_program_and_what_it_needs_are_pinned_and_a_dlopened_library_is_not() {
+fn the_program_and_what_it_needs_are_pinned_and_a_dlopened_library_is_not_and_code_is_read_directly_only_where_no_truncation_can_fault(
+) {
     let _counting = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
     stackmark::init().unwrap();
     let table = stackmark::modules::current().unwrap();
@@ -42,6 +45,24 @@ fn the_program_and_what_it_needs_are_pinned_and_a_dlopened_library_is_not() {
     assert!(mods
         .iter()
         .any(|m| file_name(m).starts_with("ld-linux") && m.pinned()));
+    // Read directly: the program (exec keeps its file from being written),
+    // the vDSO (no file), libc (whose code a checked read runs). Not the
+    // dynamic linker, whose file can be truncated under it.
+    assert!(mods[0].read_directly(), "the main program");
+    assert!(vdso.is_none_or(|m| m.read_directly()), "the vDSO");
+    assert!(libc.is_some_and(|m| m.read_directly()), "libc");
+    let ld = mods.iter().find(|m| file_name(m).starts_with("ld-linux"));
+    assert!(ld.is_some_and(|m| !m.read_directly()), "the dynamic linker");
+    let code = |m: &Module| {
+        let s = m.segments().iter().find(|s| s.executable()).unwrap();
+        s.start + 16
+    };
+    let mut buf = [0u8; 8];
+    let before = stackmark::os::checked_reads();
+    assert!(table.read_code(code(libc.unwrap()), &mut buf));
+    assert_eq!(stackmark::os::checked_reads(), before);
+    assert!(table.read_code(code(ld.unwrap()), &mut buf));
+    assert_eq!(stackmark::os::checked_reads(), before + 1);
     drop(table);
 
     let path = CString::new(fx::DLOPEN_LIB).unwrap();
@@ -58,11 +79,6 @@ fn the_program_and_what_it_needs_are_pinned_and_a_dlopened_library_is_not() {
         .expect("the library is listed");
     assert!(!lib.pinned(), "a dlopened library can be unloaded");
     // Its code goes through a checked read; the program's does not.
-    let code = |m: &Module| {
-        let s = m.segments().iter().find(|s| s.executable()).unwrap();
-        s.start + 16
-    };
-    let mut buf = [0u8; 8];
     let before = stackmark::os::checked_reads();
     assert!(table.read_code(code(&table.modules()[0]), &mut buf));
     assert_eq!(stackmark::os::checked_reads(), before);

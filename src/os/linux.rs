@@ -431,6 +431,10 @@ struct Fill<'a> {
     /// `AT_SYSINFO_EHDR` and `AT_BASE`: where the vDSO and the dynamic
     /// linker are mapped.
     vdso_and_interp: (u64, u64),
+    /// Code a checked read runs: [`read_checked`] itself and the C
+    /// library's `process_vm_readv` (a PLT stub in the program, where the
+    /// program is not position-independent).
+    reader_code: [u64; 2],
 }
 
 /// The most `DT_NEEDED` names remembered over all modules in one refresh.
@@ -694,7 +698,17 @@ unsafe extern "C" fn on_object(
         }
     }
     let (vdso, interp) = fill.vdso_and_interp;
-    let root = is_main || (vdso != 0 && m.contains(vdso)) || (interp != 0 && m.contains(interp));
+    let is_vdso = vdso != 0 && m.contains(vdso);
+    let root = is_main || is_vdso || (interp != 0 && m.contains(interp));
+    // exec keeps the program's file from being written while it runs, and
+    // the vDSO has none. Any other file can be truncated under its mapping
+    // (the dynamic linker's too), and a read past its new end faults; but
+    // were the files holding the code a checked read runs cut short, that
+    // read would fault as well, so their code is read directly too.
+    let runs_reads = fill.reader_code.iter().any(|&a| m.is_code(a));
+    if is_main || is_vdso || runs_reads {
+        m.fix();
+    }
     let index = fill.new.modules().len();
     if !fill
         .new
@@ -915,6 +929,10 @@ pub(crate) fn refresh_waiting(wait: core::time::Duration) -> Result<u64, Refresh
                 exe,
                 deps: &mut deps,
                 vdso_and_interp,
+                reader_code: [
+                    read_checked as *const () as u64,
+                    libc::process_vm_readv as *const () as u64,
+                ],
             };
             // SAFETY: the callback only uses `fill` for the duration of the call.
             unsafe { libc::dl_iterate_phdr(Some(on_object), (&mut fill as *mut Fill<'_>).cast()) };

@@ -71,14 +71,33 @@ struct Region {
     lo: u64,
     hi: u64,
     limit: u64,
+    /// Found by probing (a stack nobody registered): it is read only
+    /// through checked reads, since a probe proves only that the page was
+    /// readable then, and memory the thread does not own (the next stack
+    /// of a fiber pool, a heap trimmed under a coroutine's stack) may be
+    /// unmapped by another thread meanwhile.
+    checked: bool,
 }
 
-/// The live stack reader: direct reads inside this thread's known stack
-/// ranges, page probes (with [`read_checked`]) to discover an unregistered
-/// stack's extent upwards from the walk's sp, page by page, and nothing
+/// How a range may be read.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Access {
+    /// In this thread's own stack: directly.
+    Direct,
+    /// In a probed region: through [`read_checked`].
+    Checked,
+    /// Not at all.
+    No,
+}
+
+/// The live stack reader: direct reads inside this thread's registered
+/// stack and its alternate signal stack, page probes (with
+/// [`read_checked`]) to discover an unregistered stack's extent upwards
+/// from the walk's sp, page by page, checked reads there, and nothing
 /// else. What it reads is contiguous with a stack pointer of the walk, so
 /// it never reads the heap or another thread's stack, unless one is mapped
-/// directly above this stack's top with no gap.
+/// directly above an unregistered stack's top with no gap (read, then,
+/// only through checked reads).
 ///
 /// It belongs to the thread that made it (it is neither `Send` nor `Sync`,
 /// and so neither is a [`crate::LiveWalker`]): its ranges are that thread's
@@ -86,7 +105,7 @@ struct Region {
 /// stack is unmapped.
 #[derive(Debug)]
 pub struct LiveMemory {
-    regions: [Cell<Region>; 3],
+    regions: [Cell<Region>; 4],
     count: Cell<usize>,
     /// The walk's first sp while the regions beyond the registered stack
     /// are still to be learned ([`Self::learn`]).
@@ -109,13 +128,21 @@ impl LiveMemory {
                     lo: registered_from(lo, hi, sp),
                     hi,
                     limit: hi,
+                    checked: false,
                 },
                 1,
             ),
-            None => (Region::default(), 0),
+            // Region 0 is the registered stack's alone, read directly
+            // on the hot path: empty here.
+            None => (Region::default(), 1),
         };
         LiveMemory {
-            regions: [Cell::new(first), Cell::default(), Cell::default()],
+            regions: [
+                Cell::new(first),
+                Cell::default(),
+                Cell::default(),
+                Cell::default(),
+            ],
             count: Cell::new(count),
             unlearned: Cell::new(Some(sp)),
             _thread: core::marker::PhantomData,
@@ -154,6 +181,7 @@ impl LiveMemory {
                 lo: from,
                 hi,
                 limit: hi,
+                checked: false,
             });
         }
         self.admit(sp);
@@ -186,6 +214,7 @@ impl LiveMemory {
                 lo,
                 hi: lo,
                 limit: lo.saturating_add(PROBE_LIMIT),
+                checked: true,
             });
         }
     }
@@ -210,7 +239,7 @@ impl LiveMemory {
     /// The slow check: every region, probing pages where needed.
     #[cold]
     #[inline(never)]
-    fn readable(&self, addr: u64, end: u64) -> bool {
+    fn readable(&self, addr: u64, end: u64) -> Access {
         self.learn();
         for cell in &self.regions[..self.count.get()] {
             let mut r = cell.get();
@@ -222,10 +251,14 @@ impl LiveMemory {
             // A region whose stack ended short of the range leaves it to
             // the others (a stack above a gap).
             if covered {
-                return true;
+                return if r.checked {
+                    Access::Checked
+                } else {
+                    Access::Direct
+                };
             }
         }
-        false
+        Access::No
     }
 }
 
@@ -264,24 +297,69 @@ fn prove(r: &mut Region, addr: u64, end: u64) -> bool {
 }
 
 impl LiveMemory {
-    /// Whether `addr..addr + len` may be read: the first region's known
-    /// part at once, else every region, probing pages.
+    /// How `addr..addr + len` may be read: the first region's known part
+    /// (the registered stack) at once, else every region, probing pages.
     #[inline(always)]
-    fn covers(&self, addr: u64, len: u64) -> bool {
-        addr.checked_add(len)
-            .is_some_and(|end| self.in_first(addr, end) || self.readable(addr, end))
+    fn covers(&self, addr: u64, len: u64) -> Access {
+        match addr.checked_add(len) {
+            Some(end) if self.in_first(addr, end) => Access::Direct,
+            Some(end) => self.readable(addr, end),
+            None => Access::No,
+        }
     }
 
-    /// One value of `T` at `addr` (any alignment), without a byte copy loop.
+    /// One value of `T` (a word or two) at `addr` (any alignment), without
+    /// a byte copy loop.
     #[inline(always)]
-    fn load<T: Copy>(&self, addr: u64) -> Option<T> {
-        if !self.covers(addr, core::mem::size_of::<T>() as u64) {
-            return None;
+    fn load<T: Plain>(&self, addr: u64) -> Option<T> {
+        match self.covers(addr, core::mem::size_of::<T>() as u64) {
+            // SAFETY: `covers` established that the range lies in this
+            // thread's own stack, which stays mapped while the thread runs
+            // this code.
+            Access::Direct => Some(unsafe { core::ptr::read_unaligned(addr as *const T) }),
+            Access::Checked => load_checked(addr),
+            Access::No => None,
         }
-        // SAFETY: `covers` established that the range lies in this thread's
-        // stack, which stays mapped while the thread runs this code.
-        Some(unsafe { core::ptr::read_unaligned(addr as *const T) })
     }
+}
+
+/// [`MemoryReader::words_are`] in a probed region: the words through
+/// checked reads, a few at a time.
+#[cold]
+fn words_are_checked(addr: u64, expected: &[AtomicU64]) -> bool {
+    let mut buf = [0u8; 64];
+    for (i, chunk) in expected.chunks(8).enumerate() {
+        let bytes = &mut buf[..chunk.len() * 8];
+        if !read_checked(addr.wrapping_add(i as u64 * 64), bytes) {
+            return false;
+        }
+        let same = bytes
+            .chunks_exact(8)
+            .zip(chunk)
+            .all(|(b, e)| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])) == e.load(Relaxed));
+        if !same {
+            return false;
+        }
+    }
+    true
+}
+
+/// Values loaded whole from the stack: any bytes make a valid one.
+trait Plain: Copy {}
+impl Plain for u64 {}
+impl Plain for [u64; 2] {}
+
+/// A value of `T` at `addr` through a checked read.
+#[cold]
+fn load_checked<T: Plain>(addr: u64) -> Option<T> {
+    let mut v = core::mem::MaybeUninit::<T>::zeroed();
+    // SAFETY: the slice covers exactly `v`'s bytes, which `zeroed`
+    // initialised.
+    let bytes = unsafe {
+        core::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), core::mem::size_of::<T>())
+    };
+    // SAFETY: `T` is `Plain`: all-zero or any bytes read make a valid value.
+    read_checked(addr, bytes).then(|| unsafe { v.assume_init() })
 }
 
 impl MemoryReader for LiveMemory {
@@ -289,12 +367,18 @@ impl MemoryReader for LiveMemory {
     /// one call, and out of line it costs some 20 instructions a walk.
     #[inline]
     fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
-        if !self.covers(addr, buf.len() as u64) {
-            return false;
+        match self.covers(addr, buf.len() as u64) {
+            Access::Direct => {
+                // SAFETY: as in `load`: the range lies in this thread's own
+                // stack.
+                unsafe {
+                    core::ptr::copy_nonoverlapping(addr as *const u8, buf.as_mut_ptr(), buf.len())
+                };
+                true
+            }
+            Access::Checked => read_checked(addr, buf),
+            Access::No => false,
         }
-        // SAFETY: as in `load`: the range lies in this thread's stack.
-        unsafe { core::ptr::copy_nonoverlapping(addr as *const u8, buf.as_mut_ptr(), buf.len()) };
-        true
     }
 
     /// The hot read of the walk.
@@ -316,8 +400,10 @@ impl MemoryReader for LiveMemory {
         if expected.is_empty() {
             return true;
         }
-        if !self.covers(addr, expected.len() as u64 * 8) {
-            return false;
+        match self.covers(addr, expected.len() as u64 * 8) {
+            Access::Direct => {}
+            Access::Checked => return words_are_checked(addr, expected),
+            Access::No => return false,
         }
         let words = addr as *const u64;
         let mut diff = 0;
