@@ -630,9 +630,14 @@ fn a_probed_page_another_thread_unmaps_does_not_kill_a_walk() {
             let mut regs = stackmark::Regs::default();
             set(&mut regs, 0x1000, base as u64 + PAGE as u64 - 64, 0);
             let mut out = [Frame::default(); 4];
-            // Each walk makes checked reads; a direct one faulted within
-            // the first few hundred walks.
+            // Each walk makes checked reads (under qemu-user, through a
+            // pipe: slower), so at most 5 s of them; a direct read faulted
+            // within the first few hundred walks.
+            let end = std::time::Instant::now() + std::time::Duration::from_secs(5);
             for _ in 0..20_000 {
+                if std::time::Instant::now() > end {
+                    break;
+                }
                 stackmark::walk_from(regs, false, WalkOptions::default(), &mut out);
             }
             stop.store(true, Ordering::Relaxed);
