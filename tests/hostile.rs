@@ -644,17 +644,5 @@ fn a_probed_page_another_thread_unmaps_does_not_kill_a_walk() {
         });
         return;
     }
-    let exe = std::env::current_exe().unwrap();
-    let out = common::run_target_binary(
-        &exe,
-        &[TEST_PROBE_RACE, "--exact", "--test-threads=1"],
-        &[("STACKMARK_PROBE_RACE", "1")],
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("test result: ok. 1 passed"),
-        "the child ({:?}):\n{stdout}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::in_child(TEST_PROBE_RACE, ("STACKMARK_PROBE_RACE", "1"));
 }

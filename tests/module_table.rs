@@ -112,25 +112,11 @@ fn a_note_segment_that_no_load_segment_maps_is_not_read() {
     assert!(moved > 0, "gcc wrote a PT_NOTE");
     let lib = dir.join("libstray.so");
     std::fs::write(&lib, &data).unwrap();
-    in_child(
+    common::in_child(
         TEST_STRAY,
         ("STACKMARK_STRAY_NOTE_LIB", lib.to_str().unwrap()),
     );
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// Runs test `name` of this binary alone in a child with `env` set; it
-/// must pass there (a fault kills the child, not this process).
-fn in_child(name: &str, env: (&str, &str)) {
-    let exe = std::env::current_exe().unwrap();
-    let out = common::run_target_binary(&exe, &[name, "--exact", "--test-threads=1"], &[env]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("test result: ok. 1 passed"),
-        "the child ({:?}):\n{stdout}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// GNU ld takes a build ID of any length (`--build-id=0xHEX`). The table
@@ -476,7 +462,7 @@ fn a_library_file_shortened_during_a_refresh_does_not_stop_it() {
     // 300 small sections that are not loaded: section headers over
     // several pages at the end of the file.
     let lib = lld_library_with_sections(&dir, "libshortened.so", 300, "");
-    in_child(
+    common::in_child(
         TEST_SHORTENED,
         ("STACKMARK_SHORTENED_LIB", lib.to_str().unwrap()),
     );

@@ -297,3 +297,17 @@ pub fn module_paths(report: &[u8]) -> Vec<std::path::PathBuf> {
         .filter(|p| p.exists())
         .collect()
 }
+
+/// Runs test `name` of this binary alone in a child with `env` set; it
+/// must pass there (a fault kills the child, not this process).
+pub fn in_child(name: &str, env: (&str, &str)) {
+    let exe = std::env::current_exe().unwrap();
+    let out = run_target_binary(&exe, &[name, "--exact", "--test-threads=1"], &[env]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("test result: ok. 1 passed"),
+        "the child ({:?}):\n{stdout}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
