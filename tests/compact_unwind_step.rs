@@ -78,14 +78,7 @@ fn x86_64_rbp_frame_restores_rbp_rip_and_the_four_listed_registers() {
     assert_eq!(enc, 0x0104_0b11);
     let stack = words(&[0, 0, 0x1b, 0x12, 0x14, 0x15, CALLER_FP, RA]);
     let regions = [(SP, &stack[..])];
-    let n = x64::step(
-        enc,
-        start,
-        &x86(SP, SP + 48),
-        &SliceMemory::new(&regions),
-        false,
-    )
-    .unwrap();
+    let n = x64::step(enc, start, &x86(SP, SP + 48), &SliceMemory::new(&regions)).unwrap();
     assert_eq!((n.rip, n.rsp, n.rbp), (RA, SP + 64, CALLER_FP));
     assert_eq!(
         (n.rbx, n.r12, n.r13, n.r14, n.r15),
@@ -102,14 +95,7 @@ fn x86_64_rbp_frame_restores_all_five_callee_saved_registers() {
     assert_eq!(enc, 0x0105_58d1);
     let stack = words(&[0, 0x1b, 0x12, 0x13, 0x14, 0x15, CALLER_FP, RA]);
     let regions = [(SP, &stack[..])];
-    let n = x64::step(
-        enc,
-        start,
-        &x86(SP, SP + 48),
-        &SliceMemory::new(&regions),
-        false,
-    )
-    .unwrap();
+    let n = x64::step(enc, start, &x86(SP, SP + 48), &SliceMemory::new(&regions)).unwrap();
     assert_eq!((n.rip, n.rsp, n.rbp), (RA, SP + 64, CALLER_FP));
     assert_eq!(
         (n.rbx, n.r12, n.r13, n.r14, n.r15),
@@ -130,14 +116,7 @@ fn x86_64_rbp_frame_skips_the_slot_of_an_empty_register_field() {
     let enc = 0x0100_0000 | 3 << 16 | 2 << 6 | 1;
     let stack = words(&[0x1b, 0xdead, 0x12, CALLER_FP, RA]);
     let regions = [(SP, &stack[..])];
-    let n = x64::step(
-        enc,
-        0,
-        &x86(SP, SP + 24),
-        &SliceMemory::new(&regions),
-        false,
-    )
-    .unwrap();
+    let n = x64::step(enc, 0, &x86(SP, SP + 24), &SliceMemory::new(&regions)).unwrap();
     assert_eq!((n.rip, n.rsp, n.rbp), (RA, SP + 40, CALLER_FP));
     assert_eq!(
         (n.rbx, n.r12, n.r13, n.r14, n.r15),
@@ -155,14 +134,7 @@ fn x86_64_frameless_decodes_the_permutation_of_four_registers() {
     assert_eq!(enc, 0x0206_1020);
     let stack = words(&[0, 0x1b, 0x14, 0x15, CALLER_FP, RA]);
     let regions = [(SP, &stack[..])];
-    let n = x64::step(
-        enc,
-        start,
-        &x86(SP, 0x55),
-        &SliceMemory::new(&regions),
-        false,
-    )
-    .unwrap();
+    let n = x64::step(enc, start, &x86(SP, 0x55), &SliceMemory::new(&regions)).unwrap();
     assert_eq!((n.rip, n.rsp, n.rbp), (RA, SP + 48, CALLER_FP));
     assert_eq!(
         (n.rbx, n.r12, n.r13, n.r14, n.r15),
@@ -179,14 +151,7 @@ fn x86_64_frameless_decodes_the_permutation_of_five_registers() {
     assert_eq!(enc, 0x0206_1400);
     let stack = words(&[0x1b, 0x12, 0x13, 0x14, 0x15, RA]);
     let regions = [(SP, &stack[..])];
-    let n = x64::step(
-        enc,
-        start,
-        &x86(SP, 0x55),
-        &SliceMemory::new(&regions),
-        false,
-    )
-    .unwrap();
+    let n = x64::step(enc, start, &x86(SP, 0x55), &SliceMemory::new(&regions)).unwrap();
     assert_eq!((n.rip, n.rsp, n.rbp), (RA, SP + 48, 0x55));
     assert_eq!(
         (n.rbx, n.r12, n.r13, n.r14, n.r15),
@@ -202,14 +167,7 @@ fn x86_64_frameless_small_pops_its_one_slot_and_the_return_address() {
     assert_eq!(enc, 0x0202_0000);
     let stack = words(&[0x99, RA]);
     let regions = [(SP, &stack[..])];
-    let n = x64::step(
-        enc,
-        start,
-        &x86(SP, 0x55),
-        &SliceMemory::new(&regions),
-        false,
-    )
-    .unwrap();
+    let n = x64::step(enc, start, &x86(SP, 0x55), &SliceMemory::new(&regions)).unwrap();
     assert_eq!(
         n,
         x86_64::Regs {
@@ -232,25 +190,12 @@ fn x86_64_stack_indirect_reads_the_subq_immediate_from_the_code() {
     let mut stack = vec![0u8; 0x11190];
     stack[0x11188..].copy_from_slice(&RA.to_le_bytes());
     let regions = [(SP, &stack[..]), (0, &f.data[..])];
-    let n = x64::step(
-        enc,
-        start,
-        &x86(SP, 0x55),
-        &SliceMemory::new(&regions),
-        false,
-    )
-    .unwrap();
+    let n = x64::step(enc, start, &x86(SP, 0x55), &SliceMemory::new(&regions)).unwrap();
     assert_eq!((n.rip, n.rsp, n.rbp), (RA, SP + 0x11190, 0x55));
     // Without the code the frame size is unknown: a broken frame.
     let stack_only = [(SP, &stack[..])];
     assert!(matches!(
-        x64::step(
-            enc,
-            start,
-            &x86(SP, 0x55),
-            &SliceMemory::new(&stack_only),
-            false
-        ),
+        x64::step(enc, start, &x86(SP, 0x55), &SliceMemory::new(&stack_only)),
         Err(CompactStep::Broken(_))
     ));
 }
@@ -263,13 +208,7 @@ fn x86_64_dwarf_and_null_encodings_fall_back_to_frame_pointers() {
         let (start, enc) = f.function(symbol);
         assert_eq!(enc >> 24 & 0xf, mode, "{symbol}");
         assert_eq!(
-            x64::step(
-                enc,
-                start,
-                &x86(SP, SP + 16),
-                &SliceMemory::new(&regions),
-                false
-            ),
+            x64::step(enc, start, &x86(SP, SP + 16), &SliceMemory::new(&regions)),
             Err(CompactStep::Fallback),
             "{symbol}"
         );
@@ -278,8 +217,6 @@ fn x86_64_dwarf_and_null_encodings_fall_back_to_frame_pointers() {
 
 // --- arm64 -------------------------------------------------------------------
 
-/// Registers with pc 0: in no code, so even a step allowed to treat its pc
-/// as exact finds no prologue or epilogue there and applies the encoding.
 fn a64regs(sp: u64, fp: u64, lr: u64) -> aarch64::Regs {
     aarch64::Regs {
         pc: 0,
@@ -300,7 +237,7 @@ fn arm64_frame_restores_every_register_pair_and_skips_the_d_pairs() {
     // stp d9,d8; stp x28,x27,[sp,#0x40]; ... stp x20,x19,[sp,#0x80];
     // stp x29,x30,[sp,#0x90]; add x29,sp,#0x90.
     let f = Fixture::open("encodings-fp-arm64.dylib");
-    let (start, enc) = f.function("_all_saved");
+    let (_, enc) = f.function("_all_saved");
     assert_eq!(enc, 0x0400_0f1f);
     let mut st = [0xd0d0u64; 20]; // d-registers below sp+0x40
     for (slot, v) in [(8, 0x28), (9, 0x27), (10, 0x26), (11, 0x25), (12, 0x24)] {
@@ -314,7 +251,7 @@ fn arm64_frame_restores_every_register_pair_and_skips_the_d_pairs() {
     let stack = words(&st);
     let regions = [(SP, &stack[..])];
     let r = a64regs(SP, SP + 0x90, 0x1111);
-    let n = a64::step(enc, start, &r, &SliceMemory::new(&regions), false).unwrap();
+    let n = a64::step(enc, &r, &SliceMemory::new(&regions), false).unwrap();
     assert_eq!((n.pc, n.sp, n.fp), (RA, SP + 0xa0, CALLER_FP));
     assert_eq!(
         n.x19_x28,
@@ -327,12 +264,12 @@ fn arm64_frame_restores_only_the_listed_pairs() {
     // _with_lsda (fp): stp x20,x19,[sp,#-0x20]!; stp x29,x30,[sp,#0x10];
     // add x29,sp,#0x10 -> x19 at fp-8, x20 at fp-16.
     let f = Fixture::open("encodings-fp-arm64.dylib");
-    let (start, enc) = f.function("_with_lsda");
+    let (_, enc) = f.function("_with_lsda");
     assert_eq!(enc, 0x5400_0001);
     let stack = words(&[0x20, 0x19, CALLER_FP, SIGNED_RA]);
     let regions = [(SP, &stack[..])];
     let r = a64regs(SP, SP + 0x10, 0x1111);
-    let n = a64::step(enc, start, &r, &SliceMemory::new(&regions), false).unwrap();
+    let n = a64::step(enc, &r, &SliceMemory::new(&regions), false).unwrap();
     assert_eq!((n.pc, n.sp, n.fp), (RA, SP + 0x20, CALLER_FP));
     assert_eq!(n.x19_x28, [0x19, 0x20, 21, 22, 23, 24, 25, 26, 27, 28]);
 }
@@ -341,15 +278,15 @@ fn arm64_frame_restores_only_the_listed_pairs() {
 fn arm64_frameless_leaf_returns_to_lr_only_in_the_top_or_interrupted_frame() {
     // _leaf (fp): no stack at all; the return address stays in lr.
     let f = Fixture::open("encodings-fp-arm64.dylib");
-    let (start, enc) = f.function("_leaf");
+    let (_, enc) = f.function("_leaf");
     assert_eq!(enc, 0x0200_0000);
     let regions: [(u64, &[u8]); 0] = [];
     let mem = SliceMemory::new(&regions);
     let r = a64regs(SP, CALLER_FP, SIGNED_RA);
-    let n = a64::step(enc, start, &r, &mem, true).unwrap();
+    let n = a64::step(enc, &r, &mem, true).unwrap();
     assert_eq!((n.pc, n.sp, n.fp), (RA, SP, CALLER_FP));
     assert!(matches!(
-        a64::step(enc, start, &r, &mem, false),
+        a64::step(enc, &r, &mem, false),
         Err(CompactStep::Broken(_))
     ));
 }
@@ -358,15 +295,15 @@ fn arm64_frameless_leaf_returns_to_lr_only_in_the_top_or_interrupted_frame() {
 fn arm64_frameless_with_a_stack_size_pops_it() {
     // _leaf_stack (no fp): sub sp,sp,#0x20 ... add sp,sp,#0x20; ret.
     let f = Fixture::open("encodings-nofp-arm64.dylib");
-    let (start, enc) = f.function("_leaf_stack");
+    let (_, enc) = f.function("_leaf_stack");
     assert_eq!(enc, 0x0200_2000);
     let regions: [(u64, &[u8]); 0] = [];
     let mem = SliceMemory::new(&regions);
     let r = a64regs(SP, CALLER_FP, RA);
-    let n = a64::step(enc, start, &r, &mem, true).unwrap();
+    let n = a64::step(enc, &r, &mem, true).unwrap();
     assert_eq!((n.pc, n.sp, n.fp), (RA, SP + 0x20, CALLER_FP));
     assert_eq!(n.x19_x28, r.x19_x28);
-    assert!(a64::step(enc, start, &r, &mem, false).is_err());
+    assert!(a64::step(enc, &r, &mem, false).is_err());
 }
 
 #[test]
@@ -374,16 +311,10 @@ fn arm64_dwarf_and_null_encodings_fall_back_to_frame_pointers() {
     let f = Fixture::open("encodings-nofp-arm64.dylib");
     let regions: [(u64, &[u8]); 0] = [];
     for (symbol, mode) in [("_framed_saved", 3), ("_with_lsda", 3), ("_no_unwind", 0)] {
-        let (start, enc) = f.function(symbol);
+        let (_, enc) = f.function(symbol);
         assert_eq!(enc >> 24 & 0xf, mode, "{symbol}");
         assert_eq!(
-            a64::step(
-                enc,
-                start,
-                &a64regs(SP, SP, RA),
-                &SliceMemory::new(&regions),
-                true
-            ),
+            a64::step(enc, &a64regs(SP, SP, RA), &SliceMemory::new(&regions), true),
             Err(CompactStep::Fallback),
             "{symbol}"
         );

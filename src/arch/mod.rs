@@ -87,6 +87,17 @@ pub trait Arch: Copy + core::fmt::Debug {
         ra_in_register_ok: bool,
     ) -> Result<Self::Regs, CompactStep>;
 
+    /// For a frame whose pc is exact (frame 0, or one a signal
+    /// interrupted) in the function starting at `func_start`: the caller,
+    /// if the pc lies in the function's prologue or epilogue, where an Apple
+    /// compact encoding, which describes the body, does not hold yet or any
+    /// more; `None` elsewhere. `mem` reads the stack and the code.
+    fn step_edge<M: MemoryReader>(
+        func_start: u64,
+        regs: &Self::Regs,
+        mem: &M,
+    ) -> Result<Option<Self::Regs>, StepError>;
+
     /// Follows the frame-pointer chain one link.
     fn step_frame_pointer<M: MemoryReader>(
         regs: &Self::Regs,

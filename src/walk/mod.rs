@@ -877,13 +877,27 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
                         code: &self.code,
                     };
                     let ok = ra_in_register_ok;
+                    // An exact pc may lie in a prologue or epilogue, where no
+                    // encoding holds: the code there gives the caller (for
+                    // any encoding but null, whose entry may cover no
+                    // function).
+                    let edge = if ok && encoding != 0 {
+                        A::step_edge(func_start, &regs, &mem)
+                    } else {
+                        Ok(None)
+                    };
                     // DWARF and null encodings, and broken frames, fall
                     // through to frame pointers.
-                    match A::step_compact(encoding, func_start, &regs, &mem, ok) {
-                        Ok(next) if A::pc(&next) == 0 && !scanned => {
+                    let step = match edge {
+                        Ok(Some(next)) => Some(next),
+                        Ok(None) => A::step_compact(encoding, func_start, &regs, &mem, ok).ok(),
+                        Err(_) => None,
+                    };
+                    match step {
+                        Some(next) if A::pc(&next) == 0 && !scanned => {
                             return Err(StopReason::ReturnAddressZero)
                         }
-                        Ok(next) if self.accept_with(cur, &next, ok) => {
+                        Some(next) if self.accept_with(cur, &next, ok) => {
                             return Ok((next, Method::CompactUnwind, false))
                         }
                         _ => {}

@@ -1,6 +1,6 @@
 //! Stepping arm64 frames with Apple compact-unwind encodings.
 
-use super::{edge, strip_pac, Regs};
+use super::{strip_pac, Regs};
 use crate::arch::{read, CompactStep, StepError};
 use crate::memory::MemoryReader;
 
@@ -45,23 +45,12 @@ fn restore<M: MemoryReader>(enc: u32, top: u64, next: &mut Regs, mem: &M) -> Res
 ///   `ra_in_register_ok` (frame 0, or the frame a signal interrupted);
 ///   `sp += size`.
 /// * DWARF (mode 3) and null: [`CompactStep::Fallback`].
-///
-/// The function starts at `func_start`. An exact pc (`ra_in_register_ok`)
-/// may lie in the prologue or epilogue, where no encoding holds: there the
-/// caller comes from decoding them ([`edge::caller`]), for any encoding
-/// but null.
 pub fn step<M: MemoryReader>(
     encoding: u32,
-    func_start: u64,
     r: &Regs,
     mem: &M,
     ra_in_register_ok: bool,
 ) -> Result<Regs, CompactStep> {
-    if ra_in_register_ok && encoding != 0 {
-        if let Some(next) = edge::caller(func_start, r, mem)? {
-            return Ok(next);
-        }
-    }
     let mut next = *r;
     match (encoding >> 24) & 0xf {
         4 => {
@@ -121,7 +110,7 @@ mod tests {
             fp: SP + 0x40,
             ..Default::default()
         };
-        let n = step(0x0400_0007, 0, &r, &SliceMemory::new(&regions), false).unwrap();
+        let n = step(0x0400_0007, &r, &SliceMemory::new(&regions), false).unwrap();
         assert_eq!((n.pc, n.sp, n.fp), (0x4000_1234, SP + 0x50, 0x7000_0100));
         assert_eq!(&n.x19_x28[..6], &[19, 20, 21, 22, 23, 24]);
     }
@@ -136,10 +125,10 @@ mod tests {
             ..Default::default()
         };
         let mem = SliceMemory::new(&regions);
-        let n = step(0x0200_0000, 0, &r, &mem, true).unwrap();
+        let n = step(0x0200_0000, &r, &mem, true).unwrap();
         assert_eq!((n.pc, n.sp), (0x4000_2000, SP));
         assert!(matches!(
-            step(0x0200_0000, 0, &r, &mem, false),
+            step(0x0200_0000, &r, &mem, false),
             Err(CompactStep::Broken(_))
         ));
     }
@@ -147,14 +136,10 @@ mod tests {
     #[test]
     fn dwarf_and_null_encodings_fall_back() {
         let regions: [(u64, &[u8]); 0] = [];
-        // An exact pc past the prologue, in code that cannot be read.
-        let r = Regs {
-            pc: 0x40,
-            ..Default::default()
-        };
+        let r = Regs::default();
         for enc in [0x0300_0014, 0] {
             assert_eq!(
-                step(enc, 0, &r, &SliceMemory::new(&regions), true),
+                step(enc, &r, &SliceMemory::new(&regions), true),
                 Err(CompactStep::Fallback)
             );
         }

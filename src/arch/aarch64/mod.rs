@@ -178,12 +178,21 @@ impl Arch for Aarch64 {
     /// See [`compact::step`].
     fn step_compact<M: MemoryReader>(
         encoding: u32,
-        func_start: u64,
+        _func_start: u64,
         r: &Regs,
         mem: &M,
         ra_in_register_ok: bool,
     ) -> Result<Regs, super::CompactStep> {
-        compact::step(encoding, func_start, r, mem, ra_in_register_ok)
+        compact::step(encoding, r, mem, ra_in_register_ok)
+    }
+
+    /// See [`edge::caller`].
+    fn step_edge<M: MemoryReader>(
+        func_start: u64,
+        r: &Regs,
+        mem: &M,
+    ) -> Result<Option<Regs>, StepError> {
+        edge::caller(func_start, r, mem)
     }
 
     /// `(pc, sp, fp) = (strip(*(fp + 8)), fp + 16, *fp)`. The caller's sp is

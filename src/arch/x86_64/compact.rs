@@ -1,6 +1,6 @@
 //! Stepping x86_64 frames with Apple compact-unwind encodings.
 
-use super::{edge, Regs};
+use super::Regs;
 use crate::arch::{read, CompactStep, StepError};
 use crate::memory::MemoryReader;
 
@@ -71,23 +71,12 @@ fn unpermute(count: u32, mut perm: u32) -> Result<[u32; 6], StepError> {
 ///   `subq $imm32, %rsp` at `func_start + ((encoding >> 16) & 0xff)`, plus
 ///   `8 * ((encoding >> 13) & 7)`.
 /// * DWARF (mode 4) and null: [`CompactStep::Fallback`].
-///
-/// An exact pc (`exact_pc`: frame 0, or a frame a signal interrupted) may
-/// lie in the prologue or epilogue, where no encoding holds: there the
-/// caller comes from decoding them ([`edge::caller`]), for any encoding
-/// but null.
 pub fn step<M: MemoryReader>(
     encoding: u32,
     func_start: u64,
     r: &Regs,
     mem: &M,
-    exact_pc: bool,
 ) -> Result<Regs, CompactStep> {
-    if exact_pc && encoding != 0 {
-        if let Some(next) = edge::caller(func_start, r, mem)? {
-            return Ok(next);
-        }
-    }
     let mut next = *r;
     match (encoding >> 24) & 0xf {
         1 => {
@@ -157,7 +146,7 @@ mod tests {
             rsp: SP,
             ..Default::default()
         };
-        let n = step(0x0206_1020, 0x570, &r, &SliceMemory::new(&regions), false).unwrap();
+        let n = step(0x0206_1020, 0x570, &r, &SliceMemory::new(&regions)).unwrap();
         assert_eq!((n.rip, n.rsp), (0x4000_1234, SP + 48));
         assert_eq!(
             (n.rbx, n.r14, n.r15, n.rbp),
@@ -180,7 +169,7 @@ mod tests {
             rsp: SP,
             ..Default::default()
         };
-        let n = step(0x0303_2000, 0x5e0, &r, &SliceMemory::new(&regions), false).unwrap();
+        let n = step(0x0303_2000, 0x5e0, &r, &SliceMemory::new(&regions)).unwrap();
         assert_eq!((n.rip, n.rsp), (0x4000_5678, SP + 0x11190));
     }
 
@@ -194,7 +183,7 @@ mod tests {
             rbp: SP + 8,
             ..Default::default()
         };
-        let n = step(0x0101_0001, 0, &r, &SliceMemory::new(&regions), false).unwrap();
+        let n = step(0x0101_0001, 0, &r, &SliceMemory::new(&regions)).unwrap();
         assert_eq!(
             (n.rip, n.rsp, n.rbp, n.rbx),
             (0x4000_9999, SP + 24, 0x7000_0100, 0x3333)
@@ -207,7 +196,7 @@ mod tests {
         let r = Regs::default();
         for enc in [0x0400_0018, 0] {
             assert_eq!(
-                step(enc, 0, &r, &SliceMemory::new(&regions), false),
+                step(enc, 0, &r, &SliceMemory::new(&regions)),
                 Err(CompactStep::Fallback)
             );
         }

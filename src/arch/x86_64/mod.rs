@@ -109,16 +109,25 @@ impl Arch for X86_64 {
         })
     }
 
-    /// See [`compact::step`]; `ra_in_register_ok` marks an exact pc,
-    /// which may lie in a prologue or epilogue.
+    /// See [`compact::step`]; no frame keeps its return address in a
+    /// register.
     fn step_compact<M: MemoryReader>(
         encoding: u32,
         func_start: u64,
         r: &Regs,
         mem: &M,
-        ra_in_register_ok: bool,
+        _ra_in_register_ok: bool,
     ) -> Result<Regs, super::CompactStep> {
-        compact::step(encoding, func_start, r, mem, ra_in_register_ok)
+        compact::step(encoding, func_start, r, mem)
+    }
+
+    /// See [`edge::caller`].
+    fn step_edge<M: MemoryReader>(
+        func_start: u64,
+        r: &Regs,
+        mem: &M,
+    ) -> Result<Option<Regs>, StepError> {
+        edge::caller(func_start, r, mem)
     }
 
     /// `(rip, rsp, rbp) = (*(rbp + 8), rbp + 16, *rbp)`
