@@ -152,10 +152,12 @@ fn decode(w: u32) -> Option<Insn> {
     None
 }
 
-/// Reads up to [`SPAN`] instruction words from `at`.
-fn words<M: MemoryReader>(mem: &M, at: u64, out: &mut [u32; SPAN]) -> usize {
+/// Reads up to `out.len()` (at most [`SPAN`]) instruction words from
+/// `at`; returns how many.
+fn words<M: MemoryReader>(mem: &M, at: u64, out: &mut [u32]) -> usize {
     let mut bytes = [0u8; SPAN * 4];
-    let n = read_prefix(mem, at, &mut bytes) / 4;
+    let want = out.len().min(SPAN) * 4;
+    let n = read_prefix(mem, at, &mut bytes[..want]) / 4;
     for (w, b) in out.iter_mut().zip(bytes.chunks_exact(4)).take(n) {
         *w = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
     }
@@ -193,14 +195,15 @@ fn in_prologue<M: MemoryReader>(
     }
     let mut code = [0u32; SPAN];
     let n = (len / 4) as usize;
-    if words(mem, func_start, &mut code) < n {
+    if words(mem, func_start, &mut code[..n]) < n {
         return Ok(None);
     }
     // Bytes reserved below the caller's sp so far, and how far below it
     // x29 was stored.
     let (mut depth, mut fp_saved_at, mut fp_set) = (0i64, None, false);
     for &w in &code[..n] {
-        match decode(w) {
+        let insn = decode(w);
+        match insn {
             Some(Insn::Hint) => {}
             Some(Insn::AddImm {
                 rd: SP,
@@ -237,7 +240,7 @@ fn in_prologue<M: MemoryReader>(
                 }
                 depth -= writeback;
                 let at = depth - addr_off;
-                match decode(w) {
+                match insn {
                     Some(Insn::Pair { rt: FP, .. }) | Some(Insn::Single { rt: FP, .. }) => {
                         fp_saved_at = Some(at)
                     }
@@ -273,24 +276,14 @@ fn load(next: &mut Regs, reg: u32, v: u64) -> bool {
     reg == LR
 }
 
-/// Where a load or store through `*sp` reads, moving `*sp` for a
-/// pre-indexed one; a post-indexed one moves it after, in
-/// [`after_access`].
-fn access(sp: &mut u64, off: i64, mode: Mode) -> u64 {
+/// A load through `sp` with offset `off` in `mode`: the address it reads
+/// and sp after it.
+fn access(sp: u64, off: i64, mode: Mode) -> (u64, u64) {
+    let moved = sp.wrapping_add(off as u64);
     match mode {
-        Mode::Offset => sp.wrapping_add(off as u64),
-        Mode::Pre => {
-            *sp = sp.wrapping_add(off as u64);
-            *sp
-        }
-        Mode::Post => *sp,
-    }
-}
-
-/// Moves `*sp` after a post-indexed access.
-fn after_access(sp: &mut u64, off: i64, mode: Mode) {
-    if mode == Mode::Post {
-        *sp = sp.wrapping_add(off as u64);
+        Mode::Offset => (moved, sp),
+        Mode::Pre => (moved, moved),
+        Mode::Post => (sp, moved),
     }
 }
 
@@ -323,11 +316,11 @@ fn in_epilogue<M: MemoryReader>(r: &Regs, mem: &M) -> Result<Option<Regs>, StepE
                 off,
                 mode,
             }) => {
-                let at = access(&mut next.sp, off, mode);
+                let (at, sp) = access(next.sp, off, mode);
                 let (v, v2) = (read(mem, at)?, read(mem, at.wrapping_add(8))?);
                 lr_loaded |= load(&mut next, rt, v);
                 lr_loaded |= load(&mut next, rt2, v2);
-                after_access(&mut next.sp, off, mode);
+                next.sp = sp;
             }
             Some(Insn::Single {
                 load: true,
@@ -335,19 +328,16 @@ fn in_epilogue<M: MemoryReader>(r: &Regs, mem: &M) -> Result<Option<Regs>, StepE
                 off,
                 mode,
             }) => {
-                let at = access(&mut next.sp, off, mode);
+                let (at, sp) = access(next.sp, off, mode);
                 let v = read(mem, at)?;
                 lr_loaded |= load(&mut next, rt, v);
-                after_access(&mut next.sp, off, mode);
+                next.sp = sp;
             }
             Some(Insn::FpPair {
                 load: true,
                 off,
                 mode,
-            }) => {
-                access(&mut next.sp, off, mode);
-                after_access(&mut next.sp, off, mode);
-            }
+            }) => next.sp = access(next.sp, off, mode).1,
             _ => return Ok(None),
         }
     }
