@@ -126,6 +126,8 @@ fn in_prologue<M: MemoryReader>(
     let (mut depth, mut rbp_pushed, mut rbp_moved) = (0u64, None, false);
     let mut at = 0;
     while at < code.len() {
+        // An instruction that runs past the pc decodes to nothing: its
+        // bytes end there. The pc is then no instruction boundary.
         let Some((insn, n)) = decode(&code[at..]) else {
             return Ok(None);
         };
@@ -143,10 +145,6 @@ fn in_prologue<M: MemoryReader>(
             _ => return Ok(None),
         }
         at += n;
-    }
-    // An instruction that runs past the pc is no instruction boundary.
-    if at != code.len() {
-        return Ok(None);
     }
     let ra_at = r.rsp.wrapping_add(depth);
     let mut next = *r;
@@ -299,8 +297,7 @@ mod tests {
     #[test]
     fn code_that_branches_or_calls_is_neither_prologue_nor_epilogue() {
         use crate::memory::SliceMemory;
-        // push rbp; call ...; at the call: not a prologue (a call, not a
-        // push, precedes nothing here), and from it no epilogue.
+        // push rbp; call ...; pop rbp; ret
         let code = [0x55, 0xe8, 0, 0, 0, 0, 0x5d, 0xc3];
         let stack = le(&[0, 0x4000_1234]);
         let regions = mapped(&code, &stack);
@@ -313,14 +310,14 @@ mod tests {
         // At the call: one push undone.
         let next = caller(CODE, &r, &mem).unwrap().unwrap();
         assert_eq!((next.rip, next.rsp), (0x4000_1234, SP + 16));
-        // Past the call, neither.
+        // Past the call, no prologue: a call precedes.
         let r = Regs { rip: CODE + 6, ..r };
         assert_eq!(in_prologue(CODE, &r, &mem), Ok(None));
         // pop rbp; ret from there is an epilogue.
         assert!(in_epilogue(&r, &mem).unwrap().is_some());
-        // A jump ends no epilogue, and a pc inside an instruction is no
-        // prologue position.
-        let code = [0x5b, 0xeb, 0xfe];
+        // A jump ends no epilogue, even with a `ret` after it; and a pc
+        // inside an instruction is no prologue position.
+        let code = [0x5b, 0xeb, 0xfe, 0xc3, 0xcc, 0xcc, 0xcc, 0xcc];
         let regions = mapped(&code, &stack);
         let mem = SliceMemory::new(&regions);
         let r = Regs { rip: CODE, ..r };
