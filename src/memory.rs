@@ -42,6 +42,22 @@ pub trait MemoryReader {
         Some([self.read_u64(addr)?, self.read_u64(addr.checked_add(8)?)?])
     }
 
+    /// [`Self::read_u64`] for the walk's hot path, which may also give
+    /// `None` where this reader would need a slow read (a system call): the
+    /// walk then leaves that frame to its general step, which reads with
+    /// [`Self::read_u64`]. The default is that.
+    #[inline(always)]
+    fn read_u64_fast(&self, addr: u64) -> Option<u64> {
+        self.read_u64(addr)
+    }
+
+    /// [`Self::read_u64_pair`] for the walk's hot path, as
+    /// [`Self::read_u64_fast`] is for [`Self::read_u64`].
+    #[inline(always)]
+    fn read_u64_pair_fast(&self, addr: u64) -> Option<[u64; 2]> {
+        self.read_u64_pair(addr)
+    }
+
     /// Reads a native-endian `u32` at `addr` (any alignment).
     fn read_u32(&self, addr: u64) -> Option<u32> {
         let mut b = [0u8; 4];
@@ -54,24 +70,34 @@ pub trait MemoryReader {
     /// shared cache). The default reads blocks of eight words; a reader of
     /// directly readable memory compares in place, without a copy.
     fn words_are(&self, addr: u64, expected: &[AtomicU64]) -> bool {
-        let mut at = addr;
-        for block in expected.chunks(8) {
-            let mut buf = [0u8; 64];
-            let bytes = &mut buf[..block.len() * 8];
-            if !self.read(at, bytes) {
-                return false;
-            }
-            let same = bytes
-                .chunks_exact(8)
-                .zip(block)
-                .all(|(b, e)| b == e.load(Relaxed).to_ne_bytes());
-            if !same {
-                return false;
-            }
-            at = at.wrapping_add(64);
-        }
-        true
+        words_are_by_blocks(self, addr, expected)
     }
+}
+
+/// [`MemoryReader::words_are`] through `mem`'s reads, eight words at a
+/// time: the default, and a reader's way where it cannot compare in place.
+pub(crate) fn words_are_by_blocks<M: MemoryReader + ?Sized>(
+    mem: &M,
+    addr: u64,
+    expected: &[AtomicU64],
+) -> bool {
+    let mut at = addr;
+    for block in expected.chunks(8) {
+        let mut buf = [0u8; 64];
+        let bytes = &mut buf[..block.len() * 8];
+        if !mem.read(at, bytes) {
+            return false;
+        }
+        let same = bytes
+            .chunks_exact(8)
+            .zip(block)
+            .all(|(b, e)| b == e.load(Relaxed).to_ne_bytes());
+        if !same {
+            return false;
+        }
+        at = at.wrapping_add(64);
+    }
+    true
 }
 
 impl<M: MemoryReader + ?Sized> MemoryReader for &M {
@@ -89,6 +115,12 @@ impl<M: MemoryReader + ?Sized> MemoryReader for &M {
     }
     fn read_u64_pair(&self, addr: u64) -> Option<[u64; 2]> {
         (**self).read_u64_pair(addr)
+    }
+    fn read_u64_fast(&self, addr: u64) -> Option<u64> {
+        (**self).read_u64_fast(addr)
+    }
+    fn read_u64_pair_fast(&self, addr: u64) -> Option<[u64; 2]> {
+        (**self).read_u64_pair_fast(addr)
     }
     fn words_are(&self, addr: u64, expected: &[AtomicU64]) -> bool {
         (**self).words_are(addr, expected)

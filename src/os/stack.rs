@@ -308,58 +308,47 @@ impl LiveMemory {
         }
     }
 
-    /// One value of `T` (a word or two) at `addr` (any alignment), without
-    /// a byte copy loop.
+    /// `N` words (one or two) at `addr` (any alignment) where they may be
+    /// read directly, without a byte copy loop; `None` elsewhere, a probed
+    /// region included. The registered stack's check is inline, the rest
+    /// out of line and answering only yes or no, so the hot loops keep
+    /// their registers.
     #[inline(always)]
-    fn load<T: Plain>(&self, addr: u64) -> Option<T> {
-        match self.covers(addr, core::mem::size_of::<T>() as u64) {
-            // SAFETY: `covers` established that the range lies in this
-            // thread's own stack, which stays mapped while the thread runs
-            // this code.
-            Access::Direct => Some(unsafe { core::ptr::read_unaligned(addr as *const T) }),
-            Access::Checked => load_checked(addr),
-            Access::No => None,
+    fn load_direct<const N: usize>(&self, addr: u64) -> Option<[u64; N]> {
+        let end = addr.checked_add(N as u64 * 8)?;
+        if !(self.in_first(addr, end) || self.readable(addr, end) == Access::Direct) {
+            return None;
         }
+        // SAFETY: the range lies in this thread's own stack (registered or
+        // alternate), as `in_first` or `readable` established, which stays
+        // mapped while the thread runs this code.
+        Some(unsafe { core::ptr::read_unaligned(addr as *const [u64; N]) })
     }
-}
 
-/// [`MemoryReader::words_are`] in a probed region: the words through
-/// checked reads, a few at a time.
-#[cold]
-fn words_are_checked(addr: u64, expected: &[AtomicU64]) -> bool {
-    let mut buf = [0u8; 64];
-    for (i, chunk) in expected.chunks(8).enumerate() {
-        let bytes = &mut buf[..chunk.len() * 8];
-        if !read_checked(addr.wrapping_add(i as u64 * 64), bytes) {
-            return false;
-        }
-        let same = bytes
-            .chunks_exact(8)
-            .zip(chunk)
-            .all(|(b, e)| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])) == e.load(Relaxed));
-        if !same {
-            return false;
-        }
+    /// `N` words (one or two) at `addr`: directly where they may be read
+    /// so, else through a checked read in a probed region.
+    #[inline(always)]
+    fn load<const N: usize>(&self, addr: u64) -> Option<[u64; N]> {
+        self.load_direct(addr).or_else(|| self.load_checked(addr))
     }
-    true
-}
 
-/// Values loaded whole from the stack: any bytes make a valid one.
-trait Plain: Copy {}
-impl Plain for u64 {}
-impl Plain for [u64; 2] {}
-
-/// A value of `T` at `addr` through a checked read.
-#[cold]
-fn load_checked<T: Plain>(addr: u64) -> Option<T> {
-    let mut v = core::mem::MaybeUninit::<T>::zeroed();
-    // SAFETY: the slice covers exactly `v`'s bytes, which `zeroed`
-    // initialised.
-    let bytes = unsafe {
-        core::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), core::mem::size_of::<T>())
-    };
-    // SAFETY: `T` is `Plain`: all-zero or any bytes read make a valid value.
-    read_checked(addr, bytes).then(|| unsafe { v.assume_init() })
+    /// `N` words (one or two) at `addr` in a probed region, through one
+    /// checked read.
+    #[cold]
+    #[inline(never)]
+    fn load_checked<const N: usize>(&self, addr: u64) -> Option<[u64; N]> {
+        let end = addr.checked_add(N as u64 * 8)?;
+        if self.readable(addr, end) != Access::Checked {
+            return None;
+        }
+        let mut b = [0u8; 16];
+        if !read_checked(addr, b.get_mut(..N * 8)?) {
+            return None;
+        }
+        Some(core::array::from_fn(|i| {
+            u64::from_ne_bytes(b[8 * i..8 * i + 8].try_into().unwrap_or([0; 8]))
+        }))
+    }
 }
 
 impl MemoryReader for LiveMemory {
@@ -381,16 +370,27 @@ impl MemoryReader for LiveMemory {
         }
     }
 
-    /// The hot read of the walk.
-    #[inline(always)]
+    #[inline]
     fn read_u64(&self, addr: u64) -> Option<u64> {
+        self.load::<1>(addr).map(|[w]| w)
+    }
+
+    #[inline]
+    fn read_u64_pair(&self, addr: u64) -> Option<[u64; 2]> {
         self.load(addr)
     }
 
-    /// A frame record: both words under one check.
+    /// The hot read of the walk: direct reads only.
     #[inline(always)]
-    fn read_u64_pair(&self, addr: u64) -> Option<[u64; 2]> {
-        self.load(addr)
+    fn read_u64_fast(&self, addr: u64) -> Option<u64> {
+        self.load_direct::<1>(addr).map(|[w]| w)
+    }
+
+    /// A frame record in the hot loops: both words under one check, direct
+    /// reads only.
+    #[inline(always)]
+    fn read_u64_pair_fast(&self, addr: u64) -> Option<[u64; 2]> {
+        self.load_direct(addr)
     }
 
     /// In place: the window of a remembered walk end is read once, with
@@ -402,7 +402,7 @@ impl MemoryReader for LiveMemory {
         }
         match self.covers(addr, expected.len() as u64 * 8) {
             Access::Direct => {}
-            Access::Checked => return words_are_checked(addr, expected),
+            Access::Checked => return crate::memory::words_are_by_blocks(self, addr, expected),
             Access::No => return false,
         }
         let words = addr as *const u64;

@@ -381,7 +381,7 @@ fn run_cached<A: Arch, M: MemoryReader, C: CodeMap, const TABLES: bool, const FP
                 if link && (fp % 8 != 0 || fp < sp) {
                     break;
                 }
-                let Some([saved_fp, ra]) = mem.read_u64_pair(fp) else {
+                let Some([saved_fp, ra]) = mem.read_u64_pair_fast(fp) else {
                     break;
                 };
                 cfa = fp.wrapping_add(16);
@@ -402,11 +402,11 @@ fn run_cached<A: Arch, M: MemoryReader, C: CodeMap, const TABLES: bool, const FP
                     break;
                 }
                 cfa = (if here.cfa_fp() { fp } else { sp }).wrapping_add(here.cfa_off());
-                let Some(ra) = mem.read_u64(cfa.wrapping_add(here.ra_off())) else {
+                let Some(ra) = mem.read_u64_fast(cfa.wrapping_add(here.ra_off())) else {
                     break;
                 };
                 caller_fp = match here.fp_off() {
-                    Some(o) => match mem.read_u64(cfa.wrapping_add(o)) {
+                    Some(o) => match mem.read_u64_fast(cfa.wrapping_add(o)) {
                         Some(v) => v,
                         None => break,
                     },
@@ -497,7 +497,7 @@ fn recurse<A: Arch, M: MemoryReader, const TABLES: bool, const FP: bool>(
         if link && (fp % 8 != 0 || fp < sp) {
             break;
         }
-        let Some([saved_fp, ra]) = mem.read_u64_pair(fp) else {
+        let Some([saved_fp, ra]) = mem.read_u64_pair_fast(fp) else {
             break;
         };
         let cfa = fp.wrapping_add(16);
