@@ -277,7 +277,13 @@ impl Module {
     /// (`cp` over it), and a direct read of a page past its new end would
     /// raise SIGBUS, pinned or not.
     pub fn read_directly(&self) -> bool {
-        self.pinned && self.fixed && !self.exec_only
+        self.mapped_for_good() && !self.exec_only
+    }
+
+    /// Never unloaded, and its file cannot be cut short under it: every
+    /// readable segment may be read directly.
+    fn mapped_for_good(&self) -> bool {
+        self.pinned && self.fixed
     }
 
     /// Marks the module as one that can never be unloaded ([`Module::pinned`]).
@@ -522,8 +528,7 @@ impl Table {
         let Some(last) = len.checked_sub(1).and_then(|l| addr.checked_add(l)) else {
             return false;
         };
-        m.pinned
-            && m.fixed
+        m.mapped_for_good()
             && m.segments()
                 .iter()
                 .any(|s| s.readable() && s.contains(addr) && s.contains(last))
@@ -715,10 +720,11 @@ impl CodeMap for Table {
         self.module_for_code(addr)?.code_segment(addr)
     }
 
-    /// The code of a module read directly ([`Module::read_directly`])
-    /// directly; anything else through a checked read, since its library
-    /// may have been unloaded since the refresh, its file truncated, or its
-    /// code may be execute-only (mapped without read permission).
+    /// Directly where the module's code may be read so
+    /// ([`Module::read_directly`]); anything else through a checked read,
+    /// since its library may have been unloaded since the refresh, its file
+    /// truncated, or its code may be execute-only (mapped without read
+    /// permission).
     fn read_code(&self, addr: u64, buf: &mut [u8]) -> bool {
         let Some(m) = self.module_for_code(addr) else {
             return false;

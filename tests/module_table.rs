@@ -528,18 +528,10 @@ fn a_pinned_library_truncated_on_disk_does_not_kill_a_walk() {
                void pad(void) { __asm__ volatile(\".fill 16384, 1, 0x90\"); }\n\
                void *site(void) { void *volatile r = get_ra(); return r; }\n";
     let lib = library(&dir, src, "libtruncated.so", &["-Wl,-z,nodelete"]);
-    let exe = std::env::current_exe().unwrap();
-    let out = common::run_target_binary(
-        &exe,
-        &[TEST_TRUNCATED, "--exact", "--test-threads=1", "--nocapture"],
-        &[("STACKMARK_TRUNCATED_LIB", lib.to_str().unwrap())],
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("the walk survived"),
-        "the child ({:?}):\n{stdout}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
+    common::in_child_printing(
+        TEST_TRUNCATED,
+        ("STACKMARK_TRUNCATED_LIB", lib.to_str().unwrap()),
+        "the walk survived",
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -301,11 +301,19 @@ pub fn module_paths(report: &[u8]) -> Vec<std::path::PathBuf> {
 /// Runs test `name` of this binary alone in a child with `env` set; it
 /// must pass there (a fault kills the child, not this process).
 pub fn in_child(name: &str, env: (&str, &str)) {
+    in_child_printing(name, env, "test result: ok. 1 passed");
+}
+
+/// Runs test `name` of this binary alone in a child with `env` set and its
+/// output uncaptured; the child must exit successfully having printed
+/// `marker` (as one that leaves with `_exit` prints no test result).
+pub fn in_child_printing(name: &str, env: (&str, &str), marker: &str) {
     let exe = std::env::current_exe().unwrap();
-    let out = run_target_binary(&exe, &[name, "--exact", "--test-threads=1"], &[env]);
+    let args = [name, "--exact", "--test-threads=1", "--nocapture"];
+    let out = run_target_binary(&exe, &args, &[env]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
-        out.status.success() && stdout.contains("test result: ok. 1 passed"),
+        out.status.success() && stdout.contains(marker),
         "the child ({:?}):\n{stdout}{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
