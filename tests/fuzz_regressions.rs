@@ -31,6 +31,12 @@ fn saved_walk_inputs_walk_without_panics() {
 }
 
 #[test]
+fn saved_compact_walk_inputs_walk_without_panics() {
+    let n = replay("walk_compact", fuzz_support::walk_compact);
+    assert!(n > 0, "seeds are saved in tests/data/fuzz/walk_compact");
+}
+
+#[test]
 fn saved_unwind_info_inputs_parse_without_panics() {
     let n = replay("unwind_info_parse", fuzz_support::unwind_info_parse);
     assert!(

@@ -58,217 +58,331 @@ pub fn first_covering(s: &stackmark::formats::sframe::SFrame<'_>, pc: u64) -> Op
         .map(|f| f.fde.at)
 }
 
-/// Input layout: 3 x u16 lengths (stack, code, sframe), the register
-/// words, then the three regions. Addresses are fixed so pointers in the
-/// data can aim at them. The hot path must give exactly the walk the
-/// general step gives, through the iterator and through `fill`.
-#[allow(dead_code)]
-pub fn walk_synthetic(data: &[u8]) {
-    use stackmark::arch::aarch64::{Aarch64, Regs as A64};
-    use stackmark::arch::x86_64::{Regs as X64, X86_64};
-    use stackmark::formats::sframe::SFrame;
-    use stackmark::memory::SliceMemory;
-    use stackmark::walk::{SnapshotCode, WalkOptions, Walker};
+/// Input layout shared by the walk targets: 7 header bytes (3 x u16
+/// lengths of the stack, the code and the table, then flags: bit 0 a
+/// precise pc, bit 1 AArch64), 5 register words, then the three regions.
+/// Addresses are fixed so pointers in the data can aim at them.
+struct WalkInput<'d> {
+    h: &'d [u8],
+    r: &'d [u8],
+    stack: &'d [u8],
+    code: &'d [u8],
+    table: &'d [u8],
+}
 
-    const STACK: u64 = 0x7fff_0000;
-    const CODE: u64 = 0x40_0000;
-    const SECTION: u64 = 0x60_0000;
+const STACK: u64 = 0x7fff_0000;
+const CODE: u64 = 0x40_0000;
+const SECTION: u64 = 0x60_0000;
+/// The most stack reads one walk may make, whatever the input (a
+/// signal-frame search once scanned up to a hostile fp).
+const MAX_READS: u64 = 1_000_000;
 
-    let mut c = data;
-    let mut take = |n: usize| -> Option<&[u8]> {
-        let (a, b) = (c.get(..n)?, c.get(n..)?);
-        c = b;
-        Some(a)
-    };
-    let (Some(h), Some(r)) = (take(7), take(40)) else {
-        return;
-    };
-    let len = |i: usize| usize::from(u16::from_le_bytes([h[i], h[i + 1]])) % 4096;
-    let (ls, lc, lf) = (len(0), len(2), len(4));
-    let (Some(stack), Some(code), Some(sframe_bytes)) = (take(ls), take(lc), take(lf)) else {
-        return;
-    };
-    let word = |i: usize| u64::from_le_bytes(r[i * 8..i * 8 + 8].try_into().unwrap());
-    // Register words point into the regions most of the time.
-    let aim = |w: u64| match w % 4 {
-        0 => STACK + (w >> 8) % (ls as u64 + 16),
-        1 => CODE + (w >> 8) % (lc as u64 + 16),
-        _ => w,
-    };
-    // Counts reads: a walk's work is bounded by its depth, whatever the
-    // input (a signal-frame search once scanned up to a hostile fp).
-    struct Counting<'a> {
-        inner: SliceMemory<'a>,
-        reads: core::cell::Cell<u64>,
+impl<'d> WalkInput<'d> {
+    fn parse(data: &'d [u8]) -> Option<Self> {
+        let mut c = data;
+        let mut take = |n: usize| -> Option<&'d [u8]> {
+            let (a, b) = (c.get(..n)?, c.get(n..)?);
+            c = b;
+            Some(a)
+        };
+        let (h, r) = (take(7)?, take(40)?);
+        let len = |i: usize| usize::from(u16::from_le_bytes([h[i], h[i + 1]])) % 4096;
+        let (stack, code, table) = (take(len(0))?, take(len(2))?, take(len(4))?);
+        Some(WalkInput {
+            h,
+            r,
+            stack,
+            code,
+            table,
+        })
     }
-    impl stackmark::memory::MemoryReader for Counting<'_> {
-        fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
-            self.reads.set(self.reads.get() + 1);
-            self.inner.read(addr, buf)
+
+    fn word(&self, i: usize) -> u64 {
+        u64::from_le_bytes(self.r[i * 8..i * 8 + 8].try_into().unwrap())
+    }
+
+    /// Register words point into the regions most of the time.
+    fn aim(&self, w: u64) -> u64 {
+        match w % 4 {
+            0 => STACK + (w >> 8) % (self.stack.len() as u64 + 16),
+            1 => CODE + (w >> 8) % (self.code.len() as u64 + 16),
+            _ => w,
         }
     }
-    let sframes: Vec<SFrame<'_>> = SFrame::parse(sframe_bytes, SECTION).into_iter().collect();
-    let regions = [(STACK, stack)];
-    // The stack with one aligned word replaced by a code address.
-    let mut changed_stack = stack.to_vec();
-    if ls >= 8 {
-        let at = (word(3) >> 8) as usize % (ls / 8) * 8;
-        let w = CODE + (word(2) >> 16) % (lc as u64 + 16);
-        changed_stack[at..at + 8].copy_from_slice(&w.to_le_bytes());
+
+    /// The stack with one aligned word replaced by a code address.
+    fn changed_stack(&self) -> Vec<u8> {
+        let (ls, lc) = (self.stack.len(), self.code.len() as u64);
+        let mut changed = self.stack.to_vec();
+        if ls >= 8 {
+            let at = (self.word(3) >> 8) as usize % (ls / 8) * 8;
+            let w = CODE + (self.word(2) >> 16) % (lc + 16);
+            changed[at..at + 8].copy_from_slice(&w.to_le_bytes());
+        }
+        changed
     }
-    let changed_regions = [(STACK, &changed_stack[..])];
-    let changed = Counting {
-        inner: SliceMemory::new(&changed_regions),
-        reads: core::cell::Cell::new(0),
-    };
-    let code_regions = [(CODE, code)];
-    let trampolines = [aim(word(4))];
-    let map = SnapshotCode::new(&code_regions, &sframes, &trampolines);
-    let mem = Counting {
-        inner: SliceMemory::new(&regions),
-        reads: core::cell::Cell::new(0),
-    };
-    const MAX_READS: u64 = 1_000_000;
+
+    /// Walks from the input's registers, on the architecture its flags
+    /// name, every way [`walk_all_ways`] does, with `map` as the code.
+    fn walk<C: stackmark::walk::CodeMap + Copy>(&self, map: C) {
+        use stackmark::arch::aarch64::{Aarch64, Regs as A64};
+        use stackmark::arch::x86_64::{Regs as X64, X86_64};
+        use stackmark::memory::SliceMemory;
+        let regions = [(STACK, self.stack)];
+        let changed_stack = self.changed_stack();
+        let changed_regions = [(STACK, &changed_stack[..])];
+        let mem = Counting {
+            inner: SliceMemory::new(&regions),
+            reads: core::cell::Cell::new(0),
+        };
+        let changed = Counting {
+            inner: SliceMemory::new(&changed_regions),
+            reads: core::cell::Cell::new(0),
+        };
+        let precise = self.h[6] & 1 != 0;
+        if self.h[6] & 2 == 0 {
+            let regs = X64 {
+                rip: self.aim(self.word(0)),
+                rsp: self.aim(self.word(1)),
+                rbp: self.aim(self.word(2)),
+                rbx: self.word(3),
+                ..Default::default()
+            };
+            walk_all_ways::<X86_64, C>(regs, precise, &mem, &changed, map);
+        } else {
+            let regs = A64 {
+                pc: self.aim(self.word(0)),
+                sp: self.aim(self.word(1)),
+                fp: self.aim(self.word(2)),
+                lr: self.aim(self.word(3)),
+                ..Default::default()
+            };
+            walk_all_ways::<Aarch64, C>(regs, precise, &mem, &changed, map);
+        }
+    }
+}
+
+/// Counts reads: a walk's work is bounded by its depth, whatever the input.
+struct Counting<'a> {
+    inner: stackmark::memory::SliceMemory<'a>,
+    reads: core::cell::Cell<u64>,
+}
+
+impl stackmark::memory::MemoryReader for Counting<'_> {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
+        self.reads.set(self.reads.get() + 1);
+        self.inner.read(addr, buf)
+    }
+}
+
+/// The same code map, but with a cache that lacks every other answer,
+/// so the hot path leaves its inner loop to look them up.
+#[derive(Clone, Copy)]
+struct HalfCached<C>(C);
+
+impl<C: stackmark::walk::CodeMap> stackmark::walk::CodeMap for HalfCached<C> {
+    fn lookup(&self, pc: u64) -> stackmark::walk::Lookup {
+        self.0.lookup(pc)
+    }
+    fn is_code(&self, addr: u64) -> bool {
+        self.0.is_code(addr)
+    }
+    fn read_code(&self, addr: u64, buf: &mut [u8]) -> bool {
+        self.0.read_code(addr, buf)
+    }
+    fn is_known_trampoline(&self, pc: u64) -> bool {
+        self.0.is_known_trampoline(pc)
+    }
+    fn is_sigreturn<A: stackmark::arch::Arch>(&self, pc: u64) -> bool {
+        self.0.is_sigreturn::<A>(pc)
+    }
+    fn hot_cached(&self, key: u64, context: u64) -> Option<stackmark::walk::fast::Hot> {
+        (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 63 == 0).then(|| self.hot_at(key, context))
+    }
+}
+
+/// The same code map, remembering walk ends as the module table does.
+struct Ends<C> {
+    map: C,
+    ends: core::cell::RefCell<Vec<(u64, [u64; stackmark::walk::END_WORDS])>>,
+}
+
+impl<C: stackmark::walk::CodeMap> stackmark::walk::CodeMap for Ends<C> {
+    fn lookup(&self, pc: u64) -> stackmark::walk::Lookup {
+        self.map.lookup(pc)
+    }
+    fn is_code(&self, addr: u64) -> bool {
+        self.map.is_code(addr)
+    }
+    fn read_code(&self, addr: u64, buf: &mut [u8]) -> bool {
+        self.map.read_code(addr, buf)
+    }
+    fn is_known_trampoline(&self, pc: u64) -> bool {
+        self.map.is_known_trampoline(pc)
+    }
+    fn is_sigreturn<A: stackmark::arch::Arch>(&self, pc: u64) -> bool {
+        self.map.is_sigreturn::<A>(pc)
+    }
+    fn recall_end<R>(
+        &self,
+        key: u64,
+        take: impl FnOnce(&[core::sync::atomic::AtomicU64; stackmark::walk::END_WORDS]) -> R,
+    ) -> Option<R> {
+        let ends = self.ends.borrow();
+        let e = ends.iter().find(|e| e.0 == key)?;
+        Some(take(&e.1.map(core::sync::atomic::AtomicU64::new)))
+    }
+    fn remember_end(&self, key: u64, words: &[u64; stackmark::walk::END_WORDS]) {
+        let mut ends = self.ends.borrow_mut();
+        ends.retain(|e| e.0 != key);
+        ends.push((key, *words));
+    }
+}
+
+/// Walks from `regs` five ways: the iterator (its frames must keep the
+/// sp order and its reads stay bounded), the general step alone,
+/// `fill`, `fill` with half the hot path's answers uncached, and `fill`
+/// remembering walk ends over three walks (mark, record, replay), which
+/// must all agree. Then, with the walk ends remembered, a walk over
+/// `changed` (the stack with one word replaced) must agree with the
+/// general step there.
+fn walk_all_ways<A: stackmark::arch::Arch, C: stackmark::walk::CodeMap + Copy>(
+    regs: A::Regs,
+    precise: bool,
+    mem: &Counting<'_>,
+    changed: &Counting<'_>,
+    map: C,
+) {
+    use stackmark::walk::{WalkOptions, Walker};
     let opts = WalkOptions {
         max_depth: 64,
         scan_words: 64,
         ..WalkOptions::default()
     };
-    let precise = h[6] & 1 != 0;
-    /// The same code map, but with a cache that lacks every other answer,
-    /// so the hot path leaves its inner loop to look them up.
-    #[derive(Clone, Copy)]
-    struct HalfCached<'a>(SnapshotCode<'a>);
-    impl stackmark::walk::CodeMap for HalfCached<'_> {
-        fn lookup(&self, pc: u64) -> stackmark::walk::Lookup {
-            self.0.lookup(pc)
-        }
-        fn is_code(&self, addr: u64) -> bool {
-            self.0.is_code(addr)
-        }
-        fn read_code(&self, addr: u64, buf: &mut [u8]) -> bool {
-            self.0.read_code(addr, buf)
-        }
-        fn is_known_trampoline(&self, pc: u64) -> bool {
-            self.0.is_known_trampoline(pc)
-        }
-        fn is_sigreturn<A: stackmark::arch::Arch>(&self, pc: u64) -> bool {
-            self.0.is_sigreturn::<A>(pc)
-        }
-        fn hot_cached(&self, key: u64, context: u64) -> Option<stackmark::walk::fast::Hot> {
-            (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 63 == 0).then(|| self.hot_at(key, context))
-        }
-    }
-    /// The same code map, remembering walk ends as the module table does.
-    struct Ends<'a> {
-        map: SnapshotCode<'a>,
-        ends: core::cell::RefCell<Vec<(u64, [u64; stackmark::walk::END_WORDS])>>,
-    }
-    impl stackmark::walk::CodeMap for Ends<'_> {
-        fn lookup(&self, pc: u64) -> stackmark::walk::Lookup {
-            self.map.lookup(pc)
-        }
-        fn is_code(&self, addr: u64) -> bool {
-            self.map.is_code(addr)
-        }
-        fn read_code(&self, addr: u64, buf: &mut [u8]) -> bool {
-            self.map.read_code(addr, buf)
-        }
-        fn is_known_trampoline(&self, pc: u64) -> bool {
-            self.map.is_known_trampoline(pc)
-        }
-        fn is_sigreturn<A: stackmark::arch::Arch>(&self, pc: u64) -> bool {
-            self.map.is_sigreturn::<A>(pc)
-        }
-        fn recall_end<R>(
-            &self,
-            key: u64,
-            take: impl FnOnce(&[core::sync::atomic::AtomicU64; stackmark::walk::END_WORDS]) -> R,
-        ) -> Option<R> {
-            let ends = self.ends.borrow();
-            let e = ends.iter().find(|e| e.0 == key)?;
-            Some(take(&e.1.map(core::sync::atomic::AtomicU64::new)))
-        }
-        fn remember_end(&self, key: u64, words: &[u64; stackmark::walk::END_WORDS]) {
-            let mut ends = self.ends.borrow_mut();
-            ends.retain(|e| e.0 != key);
-            ends.push((key, *words));
-        }
-    }
-    /// Walks from `regs` five ways: the iterator (its frames must keep the
-    /// sp order and its reads stay bounded), the general step alone,
-    /// `fill`, `fill` with half the hot path's answers uncached, and `fill`
-    /// remembering walk ends over three walks (mark, record, replay), which
-    /// must all agree. Then, with the walk ends remembered, a walk over
-    /// `changed` (the stack with one word replaced) must agree with the
-    /// general step there.
-    fn walk_all_ways<A: stackmark::arch::Arch>(
-        regs: A::Regs,
-        precise: bool,
-        mem: &Counting<'_>,
-        changed: &Counting<'_>,
-        map: SnapshotCode<'_>,
-        opts: WalkOptions,
-    ) {
-        let mut w = Walker::<A, _, _>::new(regs, precise, mem, map, opts);
-        let frames: Vec<_> = w.by_ref().collect();
-        assert!(frames.len() <= 64);
-        assert!(
-            stackmark::walk::sp_order_holds(&frames),
-            "sp must increase: {frames:?}"
-        );
-        assert!(mem.reads.get() <= MAX_READS, "{} reads", mem.reads.get());
-        let general = WalkOptions {
-            fast_path: false,
-            ..opts
-        };
-        let mut g = Walker::<A, _, _>::new(regs, precise, mem, map, general);
-        let general_frames: Vec<_> = g.by_ref().collect();
-        assert_eq!(frames, general_frames, "the hot path changed the walk");
-        assert_eq!(w.stop_reason(), g.stop_reason());
-        let mut buf = [stackmark::Frame::default(); 64];
-        let n = Walker::<A, _, _>::new(regs, precise, mem, map, opts).fill(&mut buf);
-        assert_eq!(&buf[..n], &frames[..], "fill and the iterator agree");
-        let mut half = Walker::<A, _, _>::new(regs, precise, mem, HalfCached(map), opts);
-        let n = half.fill(&mut buf);
-        assert_eq!(&buf[..n], &frames[..], "cache misses change nothing");
-        assert_eq!(half.stop_reason(), g.stop_reason());
-        let ends = Ends {
-            map,
-            ends: Default::default(),
-        };
-        for _ in 0..3 {
-            let mut w = Walker::<A, _, _>::new(regs, precise, mem, &ends, opts);
-            let n = w.fill(&mut buf);
-            assert_eq!(&buf[..n], &frames[..], "remembered ends change nothing");
-            assert_eq!(w.stop_reason(), g.stop_reason());
-        }
-        let mut w = Walker::<A, _, _>::new(regs, precise, changed, &ends, opts);
+    let mut w = Walker::<A, _, _>::new(regs, precise, mem, map, opts);
+    let frames: Vec<_> = w.by_ref().collect();
+    assert!(frames.len() <= 64);
+    assert!(
+        stackmark::walk::sp_order_holds(&frames),
+        "sp must increase: {frames:?}"
+    );
+    assert!(mem.reads.get() <= MAX_READS, "{} reads", mem.reads.get());
+    let general = WalkOptions {
+        fast_path: false,
+        ..opts
+    };
+    let mut g = Walker::<A, _, _>::new(regs, precise, mem, map, general);
+    let general_frames: Vec<_> = g.by_ref().collect();
+    assert_eq!(frames, general_frames, "the hot path changed the walk");
+    assert_eq!(w.stop_reason(), g.stop_reason());
+    let mut buf = [stackmark::Frame::default(); 64];
+    let n = Walker::<A, _, _>::new(regs, precise, mem, map, opts).fill(&mut buf);
+    assert_eq!(&buf[..n], &frames[..], "fill and the iterator agree");
+    let mut half = Walker::<A, _, _>::new(regs, precise, mem, HalfCached(map), opts);
+    let n = half.fill(&mut buf);
+    assert_eq!(&buf[..n], &frames[..], "cache misses change nothing");
+    assert_eq!(half.stop_reason(), g.stop_reason());
+    let ends = Ends {
+        map,
+        ends: Default::default(),
+    };
+    for _ in 0..3 {
+        let mut w = Walker::<A, _, _>::new(regs, precise, mem, &ends, opts);
         let n = w.fill(&mut buf);
-        let mut g = Walker::<A, _, _>::new(regs, precise, changed, map, general);
-        let fresh: Vec<_> = g.by_ref().collect();
-        assert_eq!(&buf[..n], &fresh[..], "a remembered end outlived its stack");
+        assert_eq!(&buf[..n], &frames[..], "remembered ends change nothing");
         assert_eq!(w.stop_reason(), g.stop_reason());
     }
-    if h[6] & 2 == 0 {
-        let regs = X64 {
-            rip: aim(word(0)),
-            rsp: aim(word(1)),
-            rbp: aim(word(2)),
-            rbx: word(3),
-            ..Default::default()
-        };
-        walk_all_ways::<X86_64>(regs, precise, &mem, &changed, map, opts);
-    } else {
-        let regs = A64 {
-            pc: aim(word(0)),
-            sp: aim(word(1)),
-            fp: aim(word(2)),
-            lr: aim(word(3)),
-            ..Default::default()
-        };
-        walk_all_ways::<Aarch64>(regs, precise, &mem, &changed, map, opts);
+    let mut w = Walker::<A, _, _>::new(regs, precise, changed, &ends, opts);
+    let n = w.fill(&mut buf);
+    let mut g = Walker::<A, _, _>::new(regs, precise, changed, map, general);
+    let fresh: Vec<_> = g.by_ref().collect();
+    assert_eq!(&buf[..n], &fresh[..], "a remembered end outlived its stack");
+    assert_eq!(w.stop_reason(), g.stop_reason());
+}
+
+/// The walker over a synthetic stack, synthetic code and a synthetic
+/// SFrame section (the input's table). The hot path must give exactly the
+/// walk the general step gives, through the iterator and through `fill`.
+#[allow(dead_code)]
+pub fn walk_synthetic(data: &[u8]) {
+    use stackmark::formats::sframe::SFrame;
+    use stackmark::walk::SnapshotCode;
+    let Some(input) = WalkInput::parse(data) else {
+        return;
+    };
+    let sframes: Vec<SFrame<'_>> = SFrame::parse(input.table, SECTION).into_iter().collect();
+    let code_regions = [(CODE, input.code)];
+    let trampolines = [input.aim(input.word(4))];
+    input.walk(SnapshotCode::new(&code_regions, &sframes, &trampolines));
+}
+
+/// Apple compact-unwind entries over the synthetic code: each covers from
+/// its function's start to the next entry's, the last to the code's end,
+/// as a lookup in `__unwind_info` finds them.
+#[derive(Clone, Copy)]
+struct CompactCode<'a> {
+    code: stackmark::walk::SnapshotCode<'a>,
+    /// `(func_start, encoding)`, sorted by start.
+    entries: &'a [(u64, u32)],
+}
+
+impl stackmark::walk::CodeMap for CompactCode<'_> {
+    fn lookup(&self, pc: u64) -> stackmark::walk::Lookup {
+        use stackmark::walk::Lookup;
+        if !self.is_code(pc) {
+            return Lookup::Outside;
+        }
+        match self.entries.partition_point(|e| e.0 <= pc) {
+            0 => Lookup::NoInfo,
+            i => Lookup::Compact {
+                encoding: self.entries[i - 1].1,
+                func_start: self.entries[i - 1].0,
+            },
+        }
     }
+    fn is_code(&self, addr: u64) -> bool {
+        self.code.is_code(addr)
+    }
+    fn read_code(&self, addr: u64, buf: &mut [u8]) -> bool {
+        self.code.read_code(addr, buf)
+    }
+    fn is_known_trampoline(&self, pc: u64) -> bool {
+        self.code.is_known_trampoline(pc)
+    }
+    fn is_sigreturn<A: stackmark::arch::Arch>(&self, pc: u64) -> bool {
+        self.code.is_sigreturn::<A>(pc)
+    }
+}
+
+/// The walker over a synthetic stack and synthetic code described by
+/// compact-unwind entries (the input's table, 8 bytes an entry: the
+/// function's offset in the code as a u16, 2 bytes unused, the encoding),
+/// on either architecture: compact steps and the prologue and epilogue
+/// decoders on hostile code and stacks. Checked as
+/// [`walk_synthetic`]'s walks are.
+#[allow(dead_code)]
+pub fn walk_compact(data: &[u8]) {
+    use stackmark::walk::SnapshotCode;
+    let Some(input) = WalkInput::parse(data) else {
+        return;
+    };
+    let code_end = input.code.len() as u64 + 1;
+    let mut entries: Vec<(u64, u32)> = input
+        .table
+        .chunks_exact(8)
+        .map(|e| {
+            let start = u64::from(u16::from_le_bytes([e[0], e[1]])) % code_end;
+            (CODE + start, u32::from_le_bytes([e[4], e[5], e[6], e[7]]))
+        })
+        .collect();
+    entries.sort_by_key(|e| e.0);
+    entries.dedup_by_key(|e| e.0);
+    let code_regions = [(CODE, input.code)];
+    let trampolines = [input.aim(input.word(4))];
+    input.walk(CompactCode {
+        code: SnapshotCode::new(&code_regions, &[], &trampolines),
+        entries: &entries,
+    });
 }
 
 /// The `__unwind_info` reader on arbitrary bytes: parse must not panic, and
