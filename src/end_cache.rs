@@ -18,7 +18,7 @@ pub const ENTRIES: usize = 32;
 static CACHE: SeqCache<ENTRIES, END_WORDS> = SeqCache::new();
 
 /// What `take` makes of the entry remembered for `key` in table
-/// generation `generation`; `None` on a miss, or if the entry changed while
+/// cache generation `generation`; `None` on a miss, or if the entry changed while
 /// `take` read it.
 #[inline(always)]
 pub(crate) fn get_with<R>(
@@ -29,7 +29,7 @@ pub(crate) fn get_with<R>(
     CACHE.get_with(key, generation, take)
 }
 
-/// Remembers `words` for `key` in table generation `generation`, as far as
+/// Remembers `words` for `key` in cache generation `generation`, as far as
 /// `used` (given the head) says it reaches.
 pub(crate) fn put(
     key: u64,

@@ -7,10 +7,15 @@
 //! and safe in signal handlers: no lock, no allocation, no waiting. Each
 //! entry is a sequence lock: a writer claims it by making its sequence word
 //! odd (and gives up if another writer holds it), writes the key and the
-//! words, then publishes an even sequence word that also carries the module
-//! table's generation. A reader takes an entry only if that word is even,
-//! of its generation, and unchanged after reading, so a torn entry reads as
-//! a miss and a refresh of the table invalidates every entry at once.
+//! words, then publishes an even sequence word that also carries a cache
+//! generation. A reader takes an entry only if that word is even, of its
+//! generation, and unchanged after reading, so a torn entry reads as a miss
+//! and a refresh of the table invalidates every entry at once.
+//!
+//! A cache generation is what a module table's answers are kept under
+//! ([`crate::walk::CodeMap::hot_context`]): every finished table takes a
+//! new one, so two tables never share an answer. It is not
+//! [`crate::modules::Table::generation`], the count of refreshes.
 
 use crate::formats::sframe::{CfaRule, RegRule, Row};
 use crate::seq_cache::SeqCache;
@@ -27,12 +32,12 @@ pub fn clear() {
     CACHE.clear();
 }
 
-/// The cached lookup for `pc` in table generation `generation`, if any.
+/// The cached lookup for `pc` in cache generation `generation`, if any.
 pub fn get(pc: u64, generation: u64) -> Option<Lookup> {
     CACHE.get(pc, generation).and_then(|w| unpack(&w))
 }
 
-/// Remembers the lookup for `pc` in table generation `generation`.
+/// Remembers the lookup for `pc` in cache generation `generation`.
 pub(crate) fn put(pc: u64, generation: u64, lookup: &Lookup) {
     if let Some(w) = pack(lookup) {
         CACHE.put(pc, generation, w);

@@ -51,8 +51,9 @@ impl Sample {
     }
 
     /// Whether frame `i` is an exact instruction rather than a return
-    /// address: frame 0, and a frame a signal interrupted (the sampled
-    /// thread was inside a signal handler).
+    /// address: frame 0, and, when the sampled thread was inside a signal
+    /// handler, the signal trampoline the walk crossed and the frame that
+    /// signal interrupted.
     pub fn precise(&self, i: usize) -> bool {
         i < self.len as usize && self.precise >> i & 1 != 0
     }

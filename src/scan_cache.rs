@@ -17,7 +17,7 @@ pub const ENTRIES: usize = 64;
 /// Word 0: the count; then the words.
 static CACHE: SeqCache<ENTRIES, { SCAN_MEMO_WORDS + 1 }> = SeqCache::new();
 
-/// Copies the words remembered for a scan from `start` in table generation
+/// Copies the words remembered for a scan from `start` in cache generation
 /// `generation` into `words`; their count, if any.
 pub fn get(start: u64, generation: u64, words: &mut [u64; SCAN_MEMO_WORDS]) -> Option<usize> {
     use core::sync::atomic::Ordering::Relaxed;

@@ -46,7 +46,7 @@ impl<const N: usize, const W: usize> SeqCache<N, W> {
         &self.entries[(h >> (64 - N.trailing_zeros())) as usize]
     }
 
-    /// The words cached for `key` in table generation `generation`, if
+    /// The words cached for `key` in cache generation `generation`, if
     /// any. Generation 0 (low 32 bits) never hits: the empty entries carry
     /// it, and nothing is stored under it.
     #[inline(always)]
@@ -79,7 +79,7 @@ impl<const N: usize, const W: usize> SeqCache<N, W> {
         (e.seq.load(Relaxed) == s1).then_some(r)
     }
 
-    /// Remembers `words` for `key` in table generation `generation`. Gives
+    /// Remembers `words` for `key` in cache generation `generation`. Gives
     /// up rather than wait when another writer holds the entry.
     pub(crate) fn put(&self, key: u64, generation: u64, words: [u64; W]) {
         self.put_prefix(key, generation, &words);

@@ -10,13 +10,13 @@ pub const ENTRIES: usize = 8192;
 
 static CACHE: SeqCache<ENTRIES, 1> = SeqCache::new();
 
-/// The cached answer for `key` in table generation `generation`, if any.
+/// The cached answer for `key` in cache generation `generation`, if any.
 #[inline(always)]
 pub fn get(key: u64, generation: u64) -> Option<Hot> {
     CACHE.get(key, generation).map(|[w]| Hot::from_word(w))
 }
 
-/// Remembers `hot` for `key` in table generation `generation`.
+/// Remembers `hot` for `key` in cache generation `generation`.
 pub(crate) fn put(key: u64, generation: u64, hot: Hot) {
     CACHE.put(key, generation, [hot.pack()]);
 }

@@ -59,8 +59,8 @@ fn pipe_read(addr: u64, buf: &mut [u8]) -> bool {
 static CHECKED_READS: AtomicU64 = AtomicU64::new(0);
 
 /// How many checked reads ([`read_checked`]) the process has made: each
-/// costs one or more system calls. Walks read the code of pinned modules
-/// ([`crate::modules::Module::pinned`]) without them.
+/// costs one or more system calls. Walks read the code of the modules
+/// [`crate::modules::Module::read_directly`] names without them.
 pub fn checked_reads() -> u64 {
     CHECKED_READS.load(Relaxed)
 }

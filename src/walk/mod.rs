@@ -176,7 +176,7 @@ pub trait CodeMap {
 
     /// A value that [`CodeMap::hot_at`] takes, read once per run of the hot
     /// path so its inner loop keeps it in a register (the module table's
-    /// generation, which keys its cache).
+    /// cache generation, which keys its cache).
     fn hot_context(&self) -> u64 {
         0
     }
@@ -473,7 +473,9 @@ pub const MAX_SIGNAL_FRAMES: u8 = 16;
 pub enum StopReason {
     /// Still walking (or the walk has not started).
     Running,
-    /// An unwind row marked the outermost frame.
+    /// The outermost frame was reached: a row with an undefined return
+    /// address, the program's entry function (walks without tables), or a
+    /// frame-pointer chain ending in 0.
     Outermost,
     /// The return address was 0.
     ReturnAddressZero,
