@@ -78,10 +78,11 @@ fn header_text(out: &mut String, h: &Header) {
             prefix = " ";
         }
     }
-    if h.fixed_fp_offset != 0 {
+    // binutils 2.40, the only objdump of version 1, prints no fixed offsets.
+    if h.version >= 2 && h.fixed_fp_offset != 0 {
         let _ = writeln!(out, "    CFA fixed FP offset: {}", h.fixed_fp_offset);
     }
-    if h.fixed_ra_offset != 0 {
+    if h.version >= 2 && h.fixed_ra_offset != 0 {
         let _ = writeln!(out, "    CFA fixed RA offset: {}", h.fixed_ra_offset);
     }
     let _ = writeln!(out, "    Num FDEs: {}", h.num_fdes);

@@ -30,6 +30,17 @@ fn linear_lookup(sframe: &SFrame<'_>, pc: u64) -> Option<Row> {
     Some(row)
 }
 
+/// The header lines of a dump, from `Header :` to `Function Index :`,
+/// trimmed.
+fn header_lines(dump: &str) -> Vec<&str> {
+    dump.lines()
+        .skip_while(|l| !l.contains("Header :"))
+        .take_while(|l| !l.contains("Function Index :"))
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
 fn check(name: &str) {
     let case = Case::load(name);
     let dir = scratch(name);
@@ -46,6 +57,11 @@ fn check(name: &str) {
     assert!(ok, "{name}: sframe_dump failed: {err}");
     let (got, want) = (function_lines(&out), function_lines(&case.groundtruth));
     assert_eq!(got, want, "{name}: dump differs from objdump --sframe");
+    assert_eq!(
+        header_lines(&out),
+        header_lines(&case.groundtruth),
+        "{name}: header differs from objdump --sframe"
+    );
     if case.content.is_empty() {
         assert!(want.is_empty());
         return;
