@@ -5,7 +5,11 @@
 #   scripts/build-id-tree.sh OUTDIR FILE...        (binaries; directories are searched)
 #
 # For every ELF file with a GNU build ID it creates the symlink
-# OUTDIR/.build-id/xx/rest.debug -> FILE (an absolute path). In a directory
+# OUTDIR/.build-id/xx/rest.debug -> FILE (an absolute path). Run again over
+# the same tree, it removes the links that no longer lead to a file with
+# their build ID (a binary rebuilt in place, or deleted): llvm-symbolizer
+# does not check, and would name an old report's frames from the new code.
+# An argument that does not exist is an error. In a directory
 # it takes the executables and shared libraries of every profile and target
 # (tests, examples, benches, build scripts), not objects, rlibs or the
 # incremental cache.
@@ -67,6 +71,25 @@ macho_uuid() {
     sed -n 's/^[[:space:]]*uuid \([0-9A-Fa-f-]*\)$/\1/p' | head -n 1 | tr -d '-' | tr 'A-F' 'a-f'
 }
 
+# The ID of an ELF or Mach-O file, if it has one.
+file_id() { # FILE
+  case "$(magic "$1")" in
+    7f454c46) elf_build_id "$1" ;;
+    cffaedfe | cefaedfe) macho_uuid "$1" ;;
+  esac
+}
+
+for arg in "$@"; do
+  if [ ! -e "$arg" ]; then
+    echo "build-id-tree: $arg: no such file or directory" >&2
+    exit 1
+  fi
+done
+
+# Links this run makes are newer than the stamp; older ones are checked.
+stamp=$(mktemp)
+trap 'rm -f "$stamp"' EXIT
+
 count=0
 link() { # ID FILE
   local id=$1 f=$2 dir
@@ -100,4 +123,23 @@ while IFS= read -r f; do
     cafebabe | cafebabf) fat "$f" ;;
   esac
 done < <(candidates "$@")
-echo "build-id-tree: linked $count files under $out/.build-id" >&2
+
+# Links left from earlier runs whose file now has another ID, or is gone
+# (a link this run made within the stamp's second is checked too).
+stale=0
+while IFS= read -r l; do
+  rel=${l#"$out/.build-id/"}
+  id="${rel%%/*}${rel#*/}"
+  id=${id%.debug}
+  target=$(readlink "$l")
+  now=
+  [ ! -f "$target" ] || now=$(file_id "$target")
+  if [ "$now" != "$id" ]; then
+    rm -f "$l"
+    stale=$((stale + 1))
+  fi
+done < <(find "$out/.build-id" -mindepth 2 -maxdepth 2 -path "$out/.build-id/.slices" -prune \
+  -o -type l -name '*.debug' ! -newer "$stamp" -print)
+removed=
+[ "$stale" -eq 0 ] || removed=", removed $stale stale links"
+echo "build-id-tree: linked $count files under $out/.build-id$removed" >&2

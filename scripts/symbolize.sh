@@ -18,8 +18,18 @@ if [ -z "$sym" ]; then
   echo "symbolize: no llvm-symbolizer (install Debian's llvm-19)" >&2
   exit 1
 fi
+if [ "$report" != - ] && { [ ! -f "$report" ] || [ ! -r "$report" ]; }; then
+  echo "symbolize: cannot read the report $report" >&2
+  exit 1
+fi
 tree=$(mktemp -d)
 trap 'rm -rf "$tree"' EXIT
-"$(dirname "$0")/build-id-tree.sh" "$tree" "$@" /lib /usr/lib 2>/dev/null || true
-"$sym" --filter-markup --debug-file-directory=/usr/lib/debug --debug-file-directory="$tree" \
-  < <(cat "$report")
+if ! "$(dirname "$0")/build-id-tree.sh" "$tree" "$@" /lib /usr/lib 2>"$tree/log"; then
+  cat "$tree/log" >&2
+  exit 1
+fi
+if [ "$report" = - ]; then
+  "$sym" --filter-markup --debug-file-directory=/usr/lib/debug --debug-file-directory="$tree"
+else
+  "$sym" --filter-markup --debug-file-directory=/usr/lib/debug --debug-file-directory="$tree" <"$report"
+fi

@@ -210,3 +210,51 @@ fn without_arguments_the_script_prints_its_usage_and_fails() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("build-id-tree.sh OUTDIR"));
 }
+
+/// The build ID `path` carries, from `readelf -n`.
+fn build_id_of(path: &Path) -> Option<String> {
+    let out = Command::new("readelf").arg("-n").arg(path).output().ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string))
+}
+
+#[test]
+fn a_binary_rebuilt_in_place_leaves_no_link_from_its_old_build_id() {
+    // The README's recipe keeps one tree (`/tmp/syms`) and runs the script
+    // again after each build. Cargo rebuilds `target/debug/app` at the same
+    // path, and llvm-symbolizer does not check the build ID of the file a
+    // link leads to: a link left from the old ID names an old report's
+    // frames from the new code.
+    let dir = workdir("rebuilt");
+    let (main_o, _) = objects(&dir);
+    let t = dir.join("target");
+    let app = t.join("debug/app");
+    let out = dir.join("syms");
+    let (old, new) = ("d1d1d1d1d1d1d1d1", "d2d2d2d2d2d2d2d2");
+    link(&main_o, &app, Some(old), false);
+    ok(Command::new("bash")
+        .arg(script())
+        .arg(&out)
+        .arg(&t)
+        .output()
+        .unwrap());
+    link(&main_o, &app, Some(new), false);
+    ok(Command::new("bash")
+        .arg(script())
+        .arg(&out)
+        .arg(&t)
+        .output()
+        .unwrap());
+    let at = |id: &str| out.join(format!(".build-id/{}/{}.debug", &id[..2], &id[2..]));
+    assert_eq!(build_id_of(&at(new)).as_deref(), Some(new));
+    let stale = at(old);
+    if stale.exists() {
+        assert_eq!(
+            build_id_of(&stale).as_deref(),
+            Some(old),
+            "{} leads to a file with another build ID",
+            stale.display()
+        );
+    }
+}
