@@ -319,7 +319,14 @@ fn main() {
             stackmark::crash::corrupt_for_test();
             black_box(rust_entry(1));
         }
-        other => panic!("unknown mode {other}"),
+        other => {
+            eprintln!(
+                "crash: unknown mode {other}; modes: segv bus ill fpe abrt trap overflow \
+                 thread-overflow threads nested sigpipe-segv gp wild-call gap-sp chain \
+                 sampled-abrt stdout-then-default"
+            );
+            std::process::exit(2);
+        }
     }
     eprintln!("stackmark example: still alive after mode {mode}");
 }

@@ -82,6 +82,9 @@ fn main() {
             let t = std::thread::spawn(|| black_box(recurse(black_box(3))));
             assert!(t.join().is_err());
         }
-        other => panic!("unknown mode {other}"),
+        other => {
+            eprintln!("panic: unknown mode {other}; modes: main sigpipe threads deep twice");
+            std::process::exit(2);
+        }
     }
 }

@@ -110,12 +110,50 @@ fn run(threads: usize, secs: f64, hz: Option<u32>, mut on_tick: impl FnMut()) ->
     WORK.load(SeqCst)
 }
 
+/// `[SECONDS] [HZ] [itimer]` from the command line, checked.
+#[cfg(target_os = "linux")]
+fn arguments() -> Result<(f64, u32, bool), String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let secs = match args.first() {
+        None => 3.0,
+        Some(a) => match a.parse::<f64>() {
+            Ok(s) if s > 0.0 && s <= 86_400.0 => s,
+            _ => {
+                return Err(format!(
+                    "SECONDS must be a number above 0 and at most 86400, not {a:?}"
+                ))
+            }
+        },
+    };
+    let max = stackmark::sample::MAX_HZ;
+    let hz = match args.get(1) {
+        None => 1000,
+        Some(a) => match a.parse::<u32>() {
+            Ok(hz) if (1..=max).contains(&hz) => hz,
+            _ => {
+                return Err(format!(
+                    "HZ must be a whole number from 1 to {max}, not {a:?}"
+                ))
+            }
+        },
+    };
+    let itimer = match args.get(2).map(String::as_str) {
+        None => false,
+        Some("itimer") => true,
+        Some(a) => return Err(format!("the third argument may only be itimer, not {a:?}")),
+    };
+    if args.len() > 3 {
+        return Err("too many arguments".into());
+    }
+    Ok((secs, hz, itimer))
+}
+
 #[cfg(target_os = "linux")]
 fn main() {
-    let mut args = std::env::args().skip(1);
-    let secs: f64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(3.0);
-    let hz: u32 = args.next().and_then(|a| a.parse().ok()).unwrap_or(1000);
-    let itimer = args.next().as_deref() == Some("itimer");
+    let (secs, hz, itimer) = arguments().unwrap_or_else(|e| {
+        eprintln!("profile: {e}\nusage: profile [SECONDS] [HZ] [itimer]");
+        std::process::exit(2);
+    });
     let threads = 2;
     stackmark::init().unwrap();
 

@@ -26,7 +26,7 @@ fn describe(arch: Arch, enc: u32) -> String {
             let names: Vec<&str> = (0..5)
                 .map(|i| (regs >> (3 * i)) & 7)
                 .filter(|&r| r != 0)
-                .map(|r| ["-", "rbx", "r12", "r13", "r14", "r15"][r as usize])
+                .map(|r| ["-", "rbx", "r12", "r13", "r14", "r15", "rbp", "invalid register 7"][r as usize])
                 .collect();
             format!("rbp frame, saved registers at rbp-{} [{}]", offset * 8, names.join(","))
         }
@@ -72,11 +72,13 @@ fn describe(arch: Arch, enc: u32) -> String {
     s
 }
 
-fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: unwind_info_dump FILE | --raw FILE --arch x86_64|arm64";
-    let (data, arch) = if args.first().map(String::as_str) == Some("--raw") {
-        let file = args.get(1).expect(usage);
+const USAGE: &str = "usage: unwind_info_dump FILE | --raw FILE --arch x86_64|arm64";
+
+/// The section to dump and its architecture, from the command line.
+fn section(args: &[String]) -> Result<(Vec<u8>, Arch), String> {
+    let read = |file: &str| std::fs::read(file).map_err(|e| format!("{file}: {e}"));
+    if args.first().map(String::as_str) == Some("--raw") {
+        let file = args.get(1).ok_or(USAGE)?;
         let arch = match args
             .iter()
             .position(|a| a == "--arch")
@@ -84,29 +86,45 @@ fn main() {
         {
             Some(a) if a == "arm64" || a == "aarch64" => Arch::Arm64,
             Some(a) if a == "x86_64" => Arch::X86_64,
-            _ => panic!("{usage}"),
+            _ => return Err(USAGE.into()),
         };
-        (std::fs::read(file).expect("read the section"), arch)
-    } else {
-        let file = args.first().expect(usage);
-        let bytes = std::fs::read(file).expect("read the file");
-        let obj = object::File::parse(&*bytes).expect("a Mach-O file");
-        let arch = match obj.architecture() {
-            object::Architecture::Aarch64 => Arch::Arm64,
-            _ => Arch::X86_64,
-        };
-        let section = obj
-            .section_by_name("__unwind_info")
-            .expect("no __unwind_info section");
-        (section.data().expect("section data").to_vec(), arch)
+        return Ok((read(file)?, arch));
+    }
+    let [file] = args else {
+        return Err(USAGE.into());
     };
-    let info = match UnwindInfo::parse(&data) {
-        Ok(info) => info,
-        Err(e) => {
-            eprintln!("unwind_info_dump: {e}");
-            std::process::exit(1);
-        }
+    let bytes = read(file)?;
+    if matches!(bytes.get(..4), Some([0xca, 0xfe, 0xba, 0xbe | 0xbf])) {
+        return Err(format!(
+            "{file}: a universal (fat) file: take one architecture out first \
+             (llvm-lipo-19 {file} -thin x86_64 -output THIN)"
+        ));
+    }
+    let obj =
+        object::File::parse(&*bytes).map_err(|e| format!("{file}: not a Mach-O image ({e})"))?;
+    if obj.format() != object::BinaryFormat::MachO {
+        return Err(format!("{file}: not a Mach-O image"));
+    }
+    let arch = match obj.architecture() {
+        object::Architecture::Aarch64 => Arch::Arm64,
+        _ => Arch::X86_64,
     };
+    let data = obj
+        .section_by_name("__unwind_info")
+        .ok_or_else(|| format!("{file}: no __unwind_info section"))?
+        .data()
+        .map_err(|e| format!("{file}: __unwind_info lies outside the file ({e})"))?;
+    Ok((data.to_vec(), arch))
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let fail = |e: &dyn std::fmt::Display| -> ! {
+        eprintln!("unwind_info_dump: {e}");
+        std::process::exit(1);
+    };
+    let (data, arch) = section(&args).unwrap_or_else(|e| fail(&e));
+    let info = UnwindInfo::parse(&data).unwrap_or_else(|e| fail(&e));
     for e in info.entries() {
         let lsda = e
             .lsda
