@@ -30,14 +30,12 @@ fn failed_cleanly(what: &str, out: &Output) {
         "{what}: {:?}\n{err}",
         out.status
     );
+    assert!(!err.trim().is_empty(), "{what}: no message");
 }
 
+/// Runs a binary built for the target (under qemu-aarch64 on AArch64).
 fn run(bin: &Path, args: &[&str]) -> Output {
-    Command::new(bin)
-        .args(args)
-        .env("RUST_BACKTRACE", "0")
-        .output()
-        .unwrap()
+    common::run_target_binary(bin, args, &[("RUST_BACKTRACE", "0")])
 }
 
 /// A bare `__unwind_info` section with one regular page holding one entry
