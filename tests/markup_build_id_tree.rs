@@ -232,20 +232,16 @@ fn a_binary_rebuilt_in_place_leaves_no_link_from_its_old_build_id() {
     let app = t.join("debug/app");
     let out = dir.join("syms");
     let (old, new) = ("d1d1d1d1d1d1d1d1", "d2d2d2d2d2d2d2d2");
-    link(&main_o, &app, Some(old), false);
-    ok(Command::new("bash")
-        .arg(script())
-        .arg(&out)
-        .arg(&t)
-        .output()
-        .unwrap());
-    link(&main_o, &app, Some(new), false);
-    ok(Command::new("bash")
-        .arg(script())
-        .arg(&out)
-        .arg(&t)
-        .output()
-        .unwrap());
+    // Built, the tree made; rebuilt, the same tree made again.
+    for id in [old, new] {
+        link(&main_o, &app, Some(id), false);
+        ok(Command::new("bash")
+            .arg(script())
+            .arg(&out)
+            .arg(&t)
+            .output()
+            .unwrap());
+    }
     let at = |id: &str| out.join(format!(".build-id/{}/{}.debug", &id[..2], &id[2..]));
     assert_eq!(build_id_of(&at(new)).as_deref(), Some(new));
     let stale = at(old);
