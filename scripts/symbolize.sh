@@ -5,7 +5,9 @@
 #
 # REPORT is a file holding the markup (or - for standard input). The
 # binaries are found by build ID under BINARY_DIRs (default: $CARGO_TARGET_DIR,
-# else target/); a .build-id tree is made for them in a temporary directory.
+# else target/), and the files the report's module elements name that exist
+# on this machine (system libraries); a .build-id tree is made for them in a
+# temporary directory.
 # /usr/lib/debug (Debian's -dbg packages) is searched first: naming any
 # directory replaces that default, and the tree links stripped system
 # libraries, which would otherwise be taken instead of their debug files.
@@ -18,18 +20,21 @@ if [ -z "$sym" ]; then
   echo "symbolize: no llvm-symbolizer (install Debian's llvm-19)" >&2
   exit 1
 fi
-if [ "$report" != - ] && { [ ! -f "$report" ] || [ ! -r "$report" ]; }; then
+if [ "$report" != - ] && { [ -d "$report" ] || [ ! -r "$report" ]; }; then
   echo "symbolize: cannot read the report $report" >&2
   exit 1
 fi
 tree=$(mktemp -d)
 trap 'rm -rf "$tree"' EXIT
-if ! "$(dirname "$0")/build-id-tree.sh" "$tree" "$@" /lib /usr/lib 2>"$tree/log"; then
+# Read once: a report on a pipe cannot be read twice.
+cat -- "$report" >"$tree/report"
+# {{{module:ID:NAME:elf:BUILD_ID}}}: a name holds no ':'.
+named=()
+while IFS= read -r f; do
+  [ -f "$f" ] && named+=("$f")
+done < <(sed -n 's/.*{{{module:[0-9]*:\([^:]*\):elf:[0-9a-f]*}}}.*/\1/p' "$tree/report" | sort -u)
+if ! "$(dirname "$0")/build-id-tree.sh" "$tree" "$@" ${named[@]+"${named[@]}"} 2>"$tree/log"; then
   cat "$tree/log" >&2
   exit 1
 fi
-if [ "$report" = - ]; then
-  "$sym" --filter-markup --debug-file-directory=/usr/lib/debug --debug-file-directory="$tree"
-else
-  "$sym" --filter-markup --debug-file-directory=/usr/lib/debug --debug-file-directory="$tree" <"$report"
-fi
+"$sym" --filter-markup --debug-file-directory=/usr/lib/debug --debug-file-directory="$tree" <"$tree/report"

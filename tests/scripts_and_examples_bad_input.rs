@@ -190,3 +190,25 @@ fn symbolize_sh_fails_on_a_binary_directory_that_does_not_exist() {
     assert!(!out.status.success(), "{err}");
     assert!(err.contains("no-such-target"), "{err}");
 }
+
+#[test]
+fn symbolize_sh_names_the_frames_of_a_report_read_from_a_pipe() {
+    // The crash example's report, named by process substitution (a pipe,
+    // not a regular file), with the examples' directory as the binaries.
+    let dir = common::workdir("symbolize-pipe");
+    let crash = common::run_target_binary(&example("crash"), &[], &[]);
+    let report = dir.join("report.txt");
+    std::fs::write(&report, &crash.stderr).unwrap();
+    let cmd = format!(
+        "bash {} <(cat {}) {}",
+        script("symbolize.sh").display(),
+        report.display(),
+        common::examples_dir().display()
+    );
+    let out = Command::new("bash").arg("-c").arg(&cmd).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{cmd}: {out:?}");
+    for name in ["write_through_null", "c_level_2", "rust_entry"] {
+        assert!(text.contains(name), "no {name} in {text}");
+    }
+}
