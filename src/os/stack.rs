@@ -329,26 +329,28 @@ impl LiveMemory {
     /// so, else through a checked read in a probed region.
     #[inline(always)]
     fn load<const N: usize>(&self, addr: u64) -> Option<[u64; N]> {
-        self.load_direct(addr).or_else(|| self.load_checked(addr))
+        match self.covers(addr, N as u64 * 8) {
+            // SAFETY: the range lies in this thread's own stack, as in
+            // `load_direct`.
+            Access::Direct => Some(unsafe { core::ptr::read_unaligned(addr as *const [u64; N]) }),
+            Access::Checked => load_checked(addr),
+            Access::No => None,
+        }
     }
+}
 
-    /// `N` words (one or two) at `addr` in a probed region, through one
-    /// checked read.
-    #[cold]
-    #[inline(never)]
-    fn load_checked<const N: usize>(&self, addr: u64) -> Option<[u64; N]> {
-        let end = addr.checked_add(N as u64 * 8)?;
-        if self.readable(addr, end) != Access::Checked {
-            return None;
-        }
-        let mut b = [0u8; 16];
-        if !read_checked(addr, b.get_mut(..N * 8)?) {
-            return None;
-        }
-        Some(core::array::from_fn(|i| {
-            u64::from_ne_bytes(b[8 * i..8 * i + 8].try_into().unwrap_or([0; 8]))
-        }))
+/// `N` words (one or two) at `addr`, in a probed region, through one
+/// checked read.
+#[cold]
+#[inline(never)]
+fn load_checked<const N: usize>(addr: u64) -> Option<[u64; N]> {
+    let mut b = [0u8; 16];
+    if !read_checked(addr, b.get_mut(..N * 8)?) {
+        return None;
     }
+    Some(core::array::from_fn(|i| {
+        u64::from_ne_bytes(b[8 * i..8 * i + 8].try_into().unwrap_or([0; 8]))
+    }))
 }
 
 impl MemoryReader for LiveMemory {
