@@ -71,9 +71,9 @@ macho_uuid() {
     sed -n 's/^[[:space:]]*uuid \([0-9A-Fa-f-]*\)$/\1/p' | head -n 1 | tr -d '-' | tr 'A-F' 'a-f'
 }
 
-# The ID of an ELF or Mach-O file, if it has one.
-file_id() { # FILE
-  case "$(magic "$1")" in
+# The ID of an ELF or Mach-O file, if it has one (MAGIC: its magic()).
+file_id() { # FILE [MAGIC]
+  case "${2:-$(magic "$1")}" in
     7f454c46) elf_build_id "$1" ;;
     cffaedfe | cefaedfe) macho_uuid "$1" ;;
   esac
@@ -117,10 +117,10 @@ fat() { # FILE
 
 while IFS= read -r f; do
   [ -f "$f" ] || continue
-  case "$(magic "$f")" in
-    7f454c46) link "$(elf_build_id "$f")" "$f" ;;
-    cffaedfe | cefaedfe) link "$(macho_uuid "$f")" "$f" ;;
+  m=$(magic "$f")
+  case "$m" in
     cafebabe | cafebabf) fat "$f" ;;
+    *) link "$(file_id "$f" "$m")" "$f" ;;
   esac
 done < <(candidates "$@")
 
