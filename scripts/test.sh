@@ -88,11 +88,16 @@ run_tests_under_qemu() {
 check "cargo test (aarch64-unknown-linux-gnu under qemu)" \
   run_tests_under_qemu --workspace --target aarch64-unknown-linux-gnu
 
-# --- 5. Fuzz smoke run (cargo fuzz, nightly): each target, bounded ------------------
+# --- 5. Benchmarks: a short run of every bench, for the report's every figure ----
+# Runs, not figures: a bench that panics or a result the README's tables
+# need and the run lacks fails the stage. No timing is judged here.
+check "bench smoke run (scripts/bench-goals.sh --quick)" bash scripts/bench-goals.sh --quick
+
+# --- 6. Fuzz smoke run (cargo fuzz, nightly): each target, bounded ------------------
 check "fuzz smoke run (${STACKMARK_FUZZ_SECS:-60} s per target)" \
   bash scripts/fuzz.sh "${STACKMARK_FUZZ_SECS:-60}"
 
-# --- 6. Apple targets: compile only (nothing here can run macOS code) -----------------
+# --- 7. Apple targets: compile only (nothing here can run macOS code) -----------------
 for t in x86_64-apple-darwin aarch64-apple-darwin; do
   check "cargo build --lib ($t)" cargo build --lib --target "$t"
   check "cargo clippy --all-targets ($t)" \

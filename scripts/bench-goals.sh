@@ -1,0 +1,208 @@
+#!/usr/bin/env bash
+# Runs the walk benchmarks side by side in one run and prints the README's
+# performance tables from that run alone: nanoseconds per frame for every
+# unwinder at every depth, the other operations, and each speed goal with
+# its ratio and verdict (met, or missed and by how much).
+#
+# Usage:
+#   scripts/bench-goals.sh            full run (a few minutes)
+#   scripts/bench-goals.sh --quick    short run (STACKMARK_BENCH_QUICK=1): checks
+#                                     that every bench runs, not for figures
+#   scripts/bench-goals.sh --report DIR
+#                                     tables from an earlier run's DIR
+#                                     (DIR/criterion and DIR/bench.log)
+#
+# A run writes to ${CARGO_TARGET_DIR:-target}/bench-goals/ (emptied first,
+# so no figure comes from an older run) and exits non-zero if any figure a
+# table needs is missing. libunwind is benchmarked on x86_64 only.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+report() {
+  local dir=$1
+  [ -d "$dir/criterion" ] && [ -f "$dir/bench.log" ] || {
+    echo "bench-goals: $dir holds no run (criterion/ and bench.log)" >&2
+    return 1
+  }
+  python3 - "$dir" <<'PY'
+import json, os, re, sys
+
+run = sys.argv[1]
+# Every result of the run, by criterion's id ("depth16/stackmark/sframe"):
+# the slope where criterion fitted one (what it prints), else the mean, in ns.
+times = {}
+for root, _, files in os.walk(os.path.join(run, "criterion")):
+    if os.path.basename(root) != "new" or "benchmark.json" not in files:
+        continue
+    with open(os.path.join(root, "benchmark.json")) as f:
+        name = json.load(f)["full_id"]
+    with open(os.path.join(root, "estimates.json")) as f:
+        est = json.load(f)
+    times[name] = (est.get("slope") or est["mean"])["point_estimate"]
+
+# Frames each unwinder walked, as the benches print them:
+# "depth 16: stackmark/sframe 27 frames, stackmark/fp 27 frames".
+frames = {}
+header = {}
+report_shape = "every module"
+with open(os.path.join(run, "bench.log")) as f:
+    for line in f:
+        m = re.match(r"depth (\d+): (.*)", line)
+        if m:
+            for who, n in re.findall(r"([\w/-]+) (\d+) frames", m.group(2)):
+                frames[(int(m.group(1)), who)] = int(n)
+        m = re.match(r"markup report: (\d+) frames, (\d+) modules", line)
+        if m:
+            report_shape = f"{m.group(1)} frames, {m.group(2)} modules"
+        m = re.match(r"bench-goals: (\w+): (.*)", line)
+        if m:
+            header[m.group(1)] = m.group(2).strip()
+
+DEPTHS = (16, 64, 256)
+UNWINDERS = [
+    ("stackmark, SFrame", "stackmark/sframe", "stackmark/sframe"),
+    ("stackmark, frame pointers only", "stackmark/fp", "stackmark/fp"),
+    ("stackmark, SFrame, cold", "stackmark/sframe-cold", "stackmark/sframe"),
+    ("libunwind `unw_backtrace`", "libunwind", "libunwind"),
+    ("framehop (`.eh_frame`)", "framehop", "framehop"),
+    ("`backtrace` crate `trace`", "backtrace-rs", "backtrace-rs"),
+    ("glibc `backtrace()`", "glibc", "glibc"),
+]
+missing = []
+
+
+# libunwind and framehop are benchmarked on x86_64 only: a run whose log
+# never names them did not run them. Anything else must be there.
+ran = {who for (_, who) in frames}
+OPTIONAL = {"libunwind", "framehop"}
+
+
+def per_frame(depth, bench, counted):
+    t = times.get(f"depth{depth}/{bench}")
+    n = frames.get((depth, counted))
+    if t is None or not n:
+        if counted not in OPTIONAL or counted in ran:
+            missing.append(f"depth{depth}/{bench}")
+        return None
+    return t / n, n, t
+
+
+def fmt(x):
+    return f"{x:.2f}" if x < 10 else f"{x:.1f}" if x < 100 else f"{x:.0f}"
+
+
+for key in ("commit", "machine", "load"):
+    if key in header:
+        print(f"{key}: {header[key]}")
+print()
+print("ns per frame (frames walked)")
+print()
+print("| unwinder | " + " | ".join(f"{d} deep" for d in DEPTHS) + " |")
+print("| --- |" + " --- |" * len(DEPTHS))
+pf = {}
+for label, bench, counted in UNWINDERS:
+    cells = []
+    for d in DEPTHS:
+        r = per_frame(d, bench, counted)
+        pf[(bench, d)] = r and r[0]
+        cells.append("not run" if r is None else f"{fmt(r[0])} ({r[1]})")
+    print(f"| {label} | " + " | ".join(cells) + " |")
+
+print()
+print("| operation | time |")
+print("| --- | --- |")
+ops = [
+    ("`init`/`refresh` (the module table)", "init/refresh", 1e3, "µs"),
+    (f"a full markup report ({report_shape})", "markup/report-64-frames-all-modules", 1e3, "µs"),
+]
+op = {}
+for label, name, scale, unit in ops:
+    t = times.get(name)
+    if t is None:
+        missing.append(name)
+    op[name] = t and t / scale
+    print(f"| {label} | {'not run' if t is None else fmt(t / scale) + ' ' + unit} |")
+
+print()
+print("| goal | " + " | ".join(f"{d} deep" for d in DEPTHS) + " |")
+print("| --- |" + " --- |" * len(DEPTHS))
+
+
+def verdict(value, goal, at_least, unit):
+    if value is None:
+        return "not run"
+    ok = value >= goal if at_least else value <= goal
+    if ok:
+        return f"{fmt(value)}{unit}, met"
+    # How far off, as a share of the walk's time it would have to lose.
+    short = 1 - value / goal if at_least else 1 - goal / value
+    return f"{fmt(value)}{unit}, missed by {short:.0%}"
+
+
+ours = "stackmark/sframe"
+ratio_goals = [
+    ("SFrame walk ≤ 2× our frame-pointer walk, per frame", lambda d: pf[(ours, d)] / pf[("stackmark/fp", d)], 2, False, "×"),
+    ("≥ 3× faster than libunwind", lambda d: pf[("libunwind", d)] / pf[(ours, d)], 3, True, "×"),
+    ("≥ 3× faster than framehop", lambda d: pf[("framehop", d)] / pf[(ours, d)], 3, True, "×"),
+    ("≥ 50× faster than glibc `backtrace()`", lambda d: pf[("glibc", d)] / pf[(ours, d)], 50, True, "×"),
+    ("cold walk ≤ 50 ns per frame", lambda d: pf[("stackmark/sframe-cold", d)], 50, False, " ns"),
+]
+for label, value, goal, at_least, unit in ratio_goals:
+    cells = []
+    for d in DEPTHS:
+        try:
+            v = value(d)
+        except TypeError:
+            v = None
+        cells.append(verdict(v, goal, at_least, unit))
+    print(f"| {label} | " + " | ".join(cells) + " |")
+for label, name, goal in [
+    ("full markup report ≤ 20 µs", "markup/report-64-frames-all-modules", 20),
+    ("init ≤ 200 µs", "init/refresh", 200),
+]:
+    print(f"| {label} | {verdict(op[name], goal, False, ' µs')} | | |")
+
+if missing:
+    print(f"\nbench-goals: no result for: {', '.join(sorted(set(missing)))}", file=sys.stderr)
+    sys.exit(1)
+PY
+}
+
+case "${1:-}" in
+--report)
+  [ $# -eq 2 ] || {
+    echo "usage: scripts/bench-goals.sh [--quick | --report DIR]" >&2
+    exit 2
+  }
+  report "$2"
+  exit
+  ;;
+--quick) export STACKMARK_BENCH_QUICK=1 ;;
+"") ;;
+*)
+  echo "usage: scripts/bench-goals.sh [--quick | --report DIR]" >&2
+  exit 2
+  ;;
+esac
+
+out=$(realpath -m "${CARGO_TARGET_DIR:-target}/bench-goals")
+rm -rf "$out"
+mkdir -p "$out"
+export CRITERION_HOME=$out/criterion
+log=$out/bench.log
+{
+  echo "bench-goals: commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')"
+  echo "bench-goals: machine: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(nproc) cores, Linux $(uname -r)"
+  echo "bench-goals: load: $(cut -d' ' -f1-3 /proc/loadavg) before the run"
+} >"$log"
+# Progress as it comes: the frame counts and criterion's time lines.
+bench() {
+  cargo bench --bench "$1" 2>&1 | tee -a "$log" | { grep -E '^depth|time:' || true; } || {
+    echo "bench-goals: the $1 bench failed (its output: $log)" >&2
+    exit 1
+  }
+}
+bench walk
+[ "$(uname -m)" != x86_64 ] || bench libunwind
+echo
+report "$out"

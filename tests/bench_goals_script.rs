@@ -1,0 +1,211 @@
+//! `scripts/bench-goals.sh --report`: the README's performance tables from
+//! a run's criterion results and frame counts. Each case lays out a run
+//! with chosen times, so every ratio and verdict is known in advance.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+/// One benchmark result, as criterion 0.5 stores it: `benchmark.json` names
+/// it, `estimates.json` holds its times in nanoseconds (`slope` is what
+/// criterion prints where it fitted one; `mean` otherwise).
+fn result(run: &Path, id: &str, slope: Option<f64>, mean: f64) {
+    let dir = run.join("criterion").join(id.replace('/', "_")).join("new");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("benchmark.json"),
+        format!(r#"{{"group_id":"x","function_id":null,"full_id":"{id}","directory_name":"x"}}"#),
+    )
+    .unwrap();
+    let est = |v: f64| {
+        format!(
+            r#"{{"confidence_interval":{{"confidence_level":0.95,"lower_bound":{v},"upper_bound":{v}}},"point_estimate":{v},"standard_error":0.1}}"#
+        )
+    };
+    let slope = slope.map_or("null".to_string(), est);
+    std::fs::write(
+        dir.join("estimates.json"),
+        format!(
+            r#"{{"mean":{},"median":{},"median_abs_dev":{},"slope":{slope},"std_dev":{}}}"#,
+            est(mean),
+            est(mean),
+            est(0.5),
+            est(1.0)
+        ),
+    )
+    .unwrap();
+    // An older result beside it, as criterion keeps one: never read.
+    let base = dir.parent().unwrap().join("base");
+    std::fs::create_dir_all(&base).unwrap();
+    std::fs::write(base.join("estimates.json"), "not json").unwrap();
+}
+
+/// A run: per depth, 20 frames for every unwinder, with these walk times in
+/// ns (`None` leaves an unwinder out, as on AArch64), and the log the
+/// benches print.
+fn lay_out(name: &str, others: bool) -> std::path::PathBuf {
+    let run = common::workdir(name);
+    let mut log = String::from("bench-goals: commit: abc1234\n");
+    for (d, ours) in [(16, 100.0), (64, 200.0), (256, 400.0)] {
+        log += &format!("depth {d}: stackmark/sframe 20 frames, stackmark/fp 20 frames\n");
+        result(&run, &format!("depth{d}/stackmark/sframe"), Some(ours), 1.0);
+        result(
+            &run,
+            &format!("depth{d}/stackmark/fp"),
+            Some(ours / 2.0),
+            1.0,
+        );
+        // Cold: per iteration, so criterion fits no slope.
+        result(
+            &run,
+            &format!("depth{d}/stackmark/sframe-cold"),
+            None,
+            1100.0,
+        );
+        for (who, factor) in [("backtrace-rs", 40.0), ("glibc", 60.0)] {
+            log += &format!("depth {d}: {who} 20 frames\n");
+            result(&run, &format!("depth{d}/{who}"), Some(ours * factor), 1.0);
+        }
+        if others {
+            log += &format!("depth {d}: framehop 10 frames\n");
+            result(&run, &format!("depth{d}/framehop"), Some(ours), 1.0);
+            log += &format!("depth {d}: libunwind 20 frames\n");
+            result(&run, &format!("depth{d}/libunwind"), Some(ours * 2.0), 1.0);
+        }
+    }
+    log += "markup report: 59 frames, 6 modules\n";
+    result(&run, "init/refresh", Some(150_000.0), 1.0);
+    result(
+        &run,
+        "markup/report-64-frames-all-modules",
+        Some(25_000.0),
+        1.0,
+    );
+    std::fs::write(run.join("bench.log"), log).unwrap();
+    run
+}
+
+fn report(run: &Path) -> Output {
+    Command::new("bash")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/bench-goals.sh"))
+        .arg("--report")
+        .arg(run)
+        .output()
+        .unwrap()
+}
+
+fn lines(out: &Output) -> Vec<String> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn has(lines: &[String], want: &str) {
+    assert!(
+        lines.iter().any(|l| l == want),
+        "no line {want:?} in:\n{}",
+        lines.join("\n")
+    );
+}
+
+#[test]
+fn every_ratio_is_per_frame_walked_and_each_goal_says_met_or_by_how_much_missed() {
+    let run = lay_out("bench-goals-full", true);
+    let out = report(&run);
+    assert!(out.status.success(), "{out:?}");
+    let l = lines(&out);
+    has(&l, "commit: abc1234");
+    // 100 ns over 20 frames; framehop walked 10 frames in the same 100 ns.
+    has(
+        &l,
+        "| stackmark, SFrame | 5.00 (20) | 10.0 (20) | 20.0 (20) |",
+    );
+    has(
+        &l,
+        "| framehop (`.eh_frame`) | 10.0 (10) | 20.0 (10) | 40.0 (10) |",
+    );
+    has(
+        &l,
+        "| stackmark, SFrame, cold | 55.0 (20) | 55.0 (20) | 55.0 (20) |",
+    );
+    has(&l, "| `init`/`refresh` (the module table) | 150 µs |");
+    has(
+        &l,
+        "| a full markup report (59 frames, 6 modules) | 25.0 µs |",
+    );
+    has(
+        &l,
+        "| SFrame walk ≤ 2× our frame-pointer walk, per frame | 2.00×, met | 2.00×, met | 2.00×, met |",
+    );
+    // Twice as fast where 3× is asked: a third of the walk's time too much.
+    has(
+        &l,
+        "| ≥ 3× faster than libunwind | 2.00×, missed by 33% | 2.00×, missed by 33% | 2.00×, missed by 33% |",
+    );
+    has(
+        &l,
+        "| ≥ 3× faster than framehop | 2.00×, missed by 33% | 2.00×, missed by 33% | 2.00×, missed by 33% |",
+    );
+    has(
+        &l,
+        "| ≥ 50× faster than glibc `backtrace()` | 60.0×, met | 60.0×, met | 60.0×, met |",
+    );
+    has(
+        &l,
+        "| cold walk ≤ 50 ns per frame | 55.0 ns, missed by 9% | 55.0 ns, missed by 9% | 55.0 ns, missed by 9% |",
+    );
+    has(
+        &l,
+        "| full markup report ≤ 20 µs | 25.0 µs, missed by 20% | | |",
+    );
+    has(&l, "| init ≤ 200 µs | 150 µs, met | | |");
+}
+
+#[test]
+fn unwinders_a_run_never_benchmarked_are_not_run_rather_than_an_error() {
+    let run = lay_out("bench-goals-no-others", false);
+    let out = report(&run);
+    assert!(out.status.success(), "{out:?}");
+    let l = lines(&out);
+    has(
+        &l,
+        "| libunwind `unw_backtrace` | not run | not run | not run |",
+    );
+    has(
+        &l,
+        "| ≥ 3× faster than framehop | not run | not run | not run |",
+    );
+    has(
+        &l,
+        "| stackmark, SFrame | 5.00 (20) | 10.0 (20) | 20.0 (20) |",
+    );
+}
+
+#[test]
+fn a_result_missing_from_a_run_fails_the_report_and_names_it() {
+    let run = lay_out("bench-goals-missing", true);
+    std::fs::remove_dir_all(run.join("criterion/depth64_stackmark_sframe")).unwrap();
+    std::fs::remove_dir_all(run.join("criterion/depth256_libunwind")).unwrap();
+    let out = report(&run);
+    assert!(!out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("depth256/libunwind") && err.contains("depth64/stackmark/sframe"),
+        "{err}"
+    );
+    // The tables still show what there is.
+    has(
+        &lines(&out),
+        "| stackmark, SFrame | 5.00 (20) | not run | 20.0 (20) |",
+    );
+}
+
+#[test]
+fn a_directory_without_a_run_is_refused() {
+    let run = common::workdir("bench-goals-empty");
+    let out = report(&run);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("holds no run"));
+}
