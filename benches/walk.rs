@@ -9,9 +9,10 @@
 //! * `framehop`: framehop 0.16 with this binary's `.eh_frame` registered.
 //!
 //! Plus: the module table (`init`), a full markup report of a 48-deep
-//! recursion (60 frames) with every module, and a cold walk (the per-pc
+//! recursion (60 frames) with every module, a cold walk (the per-pc
 //! caches, remembered scans and remembered walk ends emptied before each
-//! walk).
+//! walk), and the 16-deep walk cut short at the borders of its parts
+//! (`depth16-parts`), which shows where a short walk's time goes.
 //!
 //! stackmark and framehop walk from registers captured once, outside the
 //! timed loop; `backtrace-rs` and glibc capture their own inside it, and
@@ -20,7 +21,9 @@
 //! libunwind is measured by `benches/libunwind.rs`, a binary of its own,
 //! because linking it replaces glibc's `backtrace`.
 //!
-//! `cargo bench --bench walk`; `STACKMARK_BENCH_QUICK=1` for a short run.
+//! `cargo bench --bench walk`; `STACKMARK_BENCH_QUICK=1` for a short run;
+//! `scripts/bench-goals.sh` runs this and `benches/libunwind.rs` and prints
+//! the README's tables.
 
 #[cfg(target_os = "linux")]
 mod bench {
@@ -200,8 +203,57 @@ mod bench {
                     });
                 }
                 group.finish();
+                if depth == 16 {
+                    parts(c, regs, precise, full, &mut frames);
+                }
             });
         }
+    }
+
+    /// Where a short walk's time goes: the same walk cut short by smaller
+    /// output buffers, at the borders of its parts (nothing; frame 0; up to
+    /// the end of the recursion; up to the first frame outside this
+    /// executable, where glibc's start code begins; the whole walk).
+    /// Each part's cost is the difference between two cuts.
+    fn parts(
+        c: &mut Criterion,
+        regs: stackmark::Regs,
+        precise: bool,
+        opts: WalkOptions,
+        frames: &mut [Frame; 512],
+    ) {
+        let n = stackmark::walk_from(regs, precise, opts, frames);
+        let table = stackmark::modules::current().expect("init");
+        let exe = &table.modules()[0];
+        let recursion_ra = frames[..n]
+            .windows(2)
+            .find(|w| w[0].pc == w[1].pc)
+            .expect("a recursion")[0]
+            .pc;
+        let after_recursion = 1 + frames[..n]
+            .iter()
+            .rposition(|f| f.pc == recursion_ra)
+            .unwrap();
+        let start_code = frames[..n]
+            .iter()
+            .position(|f| !exe.contains(f.pc))
+            .expect("frames outside the executable");
+        drop(table);
+        let cuts = [
+            ("empty", 0),
+            ("frame0", 1),
+            ("through-recursion", after_recursion),
+            ("before-start-code", start_code),
+            ("whole", n),
+        ];
+        let mut group = c.benchmark_group("depth16-parts");
+        for (name, len) in cuts {
+            eprintln!("depth16 part {name}: {len} frames");
+            group.bench_function(name, |b| {
+                b.iter(|| stackmark::walk_from(regs, precise, opts, &mut frames[..len]))
+            });
+        }
+        group.finish();
     }
 
     fn report_and_init(c: &mut Criterion) {

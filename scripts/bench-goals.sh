@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the walk benchmarks side by side in one run and prints the README's
 # performance tables from that run alone: nanoseconds per frame for every
-# unwinder at every depth, the other operations, and each speed goal with
-# its ratio and verdict (met, or missed and by how much).
+# unwinder at every depth, the other operations, the 16-deep walk by parts,
+# and each speed goal with its ratio and verdict (met, or missed and by how
+# much: the share of the walk's time it would have to lose).
 #
 # Usage:
 #   scripts/bench-goals.sh            full run (a few minutes)
@@ -45,12 +46,16 @@ for root, _, files in os.walk(os.path.join(run, "criterion")):
 frames = {}
 header = {}
 report_shape = "every module"
+cuts = []
 with open(os.path.join(run, "bench.log")) as f:
     for line in f:
         m = re.match(r"depth (\d+): (.*)", line)
         if m:
             for who, n in re.findall(r"([\w/-]+) (\d+) frames", m.group(2)):
                 frames[(int(m.group(1)), who)] = int(n)
+        m = re.match(r"depth16 part ([\w-]+): (\d+) frames", line)
+        if m:
+            cuts.append((m.group(1), int(m.group(2))))
         m = re.match(r"markup report: (\d+) frames, (\d+) modules", line)
         if m:
             report_shape = f"{m.group(1)} frames, {m.group(2)} modules"
@@ -122,6 +127,36 @@ for label, name, scale, unit in ops:
         missing.append(name)
     op[name] = t and t / scale
     print(f"| {label} | {'not run' if t is None else fmt(t / scale) + ' ' + unit} |")
+
+# The 16-deep walk cut short at the borders of its parts: each part's
+# cost is the difference between two cuts.
+PARTS = {
+    "empty": "set-up: the table pinned, the reader and walker built",
+    "frame0": "frame 0, and the first probe",
+    "through-recursion": "the frames up to the recursion's end",
+    "before-start-code": "the harness's frames below the recursion",
+    "whole": "glibc's start code (a remembered walk end)",
+}
+print()
+print("The 16-deep SFrame walk by parts (walks cut short by smaller buffers)")
+print()
+print("| part | frames | ns | ns per frame |")
+print("| --- | --- | --- | --- |")
+if [name for name, _ in cuts] != list(PARTS):
+    missing.append("depth16-parts (frame counts)")
+prev_t, prev_n = 0.0, 0
+for name, n in cuts:
+    t = times.get(f"depth16-parts/{name}")
+    if t is None:
+        missing.append(f"depth16-parts/{name}")
+        continue
+    dt, dn = t - prev_t, n - prev_n
+    per = f"{fmt(dt / dn)}" if dn > 0 else "—"
+    print(f"| {PARTS.get(name, name)} | {dn} | {fmt(dt)} | {per} |")
+    prev_t, prev_n = t, n
+whole = times.get("depth16-parts/whole")
+if whole is not None and cuts:
+    print(f"| the whole walk | {cuts[-1][1]} | {fmt(whole)} | {fmt(whole / cuts[-1][1]) if cuts[-1][1] else '—'} |")
 
 print()
 print("| goal | " + " | ".join(f"{d} deep" for d in DEPTHS) + " |")

@@ -74,6 +74,18 @@ fn lay_out(name: &str, others: bool) -> std::path::PathBuf {
             result(&run, &format!("depth{d}/libunwind"), Some(ours * 2.0), 1.0);
         }
     }
+    // The 16-deep walk cut short: 10 ns to set up, 20 for frame 0, 1 a
+    // frame through the recursion, 3 a frame below it, 30 for the end.
+    for (name, frames, ns) in [
+        ("empty", 0, 10.0),
+        ("frame0", 1, 30.0),
+        ("through-recursion", 11, 40.0),
+        ("before-start-code", 17, 58.0),
+        ("whole", 20, 88.0),
+    ] {
+        log += &format!("depth16 part {name}: {frames} frames\n");
+        result(&run, &format!("depth16-parts/{name}"), Some(ns), 1.0);
+    }
     log += "markup report: 59 frames, 6 modules\n";
     result(&run, "init/refresh", Some(150_000.0), 1.0);
     result(
@@ -161,6 +173,25 @@ fn every_ratio_is_per_frame_walked_and_each_goal_says_met_or_by_how_much_missed(
         "| full markup report ≤ 20 µs | 25.0 µs, missed by 20% | | |",
     );
     has(&l, "| init ≤ 200 µs | 150 µs, met | | |");
+    // Each part is the difference between two cuts.
+    has(
+        &l,
+        "| set-up: the table pinned, the reader and walker built | 0 | 10.0 | — |",
+    );
+    has(&l, "| frame 0, and the first probe | 1 | 20.0 | 20.0 |");
+    has(
+        &l,
+        "| the frames up to the recursion's end | 10 | 10.0 | 1.00 |",
+    );
+    has(
+        &l,
+        "| the harness's frames below the recursion | 6 | 18.0 | 3.00 |",
+    );
+    has(
+        &l,
+        "| glibc's start code (a remembered walk end) | 3 | 30.0 | 10.0 |",
+    );
+    has(&l, "| the whole walk | 20 | 88.0 | 4.40 |");
 }
 
 #[test]
