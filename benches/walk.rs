@@ -215,6 +215,7 @@ mod bench {
     /// the end of the recursion; up to the first frame outside this
     /// executable, where glibc's start code begins; the whole walk).
     /// Each part's cost is the difference between two cuts.
+    #[inline(never)]
     fn parts(
         c: &mut Criterion,
         regs: stackmark::Regs,

@@ -9,6 +9,9 @@
 #   scripts/bench-goals.sh            full run (a few minutes)
 #   scripts/bench-goals.sh --quick    short run (STACKMARK_BENCH_QUICK=1): checks
 #                                     that every bench runs, not for figures
+#   scripts/bench-goals.sh --spread N
+#                                     the 16-deep walks alone, each unwinder in
+#                                     N fresh processes: min, median and max
 #   scripts/bench-goals.sh --report DIR
 #                                     tables from an earlier run's DIR
 #                                     (DIR/criterion and DIR/bench.log)
@@ -203,19 +206,101 @@ if missing:
 PY
 }
 
+# The 16-deep walks, each unwinder in N fresh processes (short runs): a
+# walk's time depends on where the process's code and data land, which
+# address-space randomisation changes from one process to the next.
+spread() {
+  local n=$1 out log i
+  out=$(realpath -m "${CARGO_TARGET_DIR:-target}/bench-goals-spread")
+  rm -rf "$out"
+  mkdir -p "$out"
+  export CRITERION_HOME=$out/criterion STACKMARK_BENCH_QUICK=1
+  log=$out/bench.log
+  for i in $(seq "$n"); do
+    cargo bench --bench walk -- '^depth16/(stackmark/sframe|framehop|glibc)$' >>"$log" 2>&1 || {
+      echo "bench-goals: the walk bench failed (its output: $log)" >&2
+      exit 1
+    }
+    if [ "$(uname -m)" = x86_64 ]; then
+      cargo bench --bench libunwind -- '^depth16/libunwind$' >>"$log" 2>&1 || {
+        echo "bench-goals: the libunwind bench failed (its output: $log)" >&2
+        exit 1
+      }
+    fi
+    # This process's results, then none left for the next to be mistaken for.
+    python3 - "$CRITERION_HOME" >>"$out/times" <<'PY'
+import json, os, sys
+for root, _, files in os.walk(sys.argv[1]):
+    if os.path.basename(root) == "new" and "benchmark.json" in files:
+        name = json.load(open(os.path.join(root, "benchmark.json")))["full_id"]
+        est = json.load(open(os.path.join(root, "estimates.json")))
+        print(name, (est.get("slope") or est["mean"])["point_estimate"])
+PY
+    rm -rf "$CRITERION_HOME"
+    printf '.' >&2
+  done
+  echo >&2
+  python3 - "$out/times" "$log" "$n" <<'PY'
+import re, statistics, sys
+
+times = {}
+for line in open(sys.argv[1]):
+    name, t = line.split()
+    times.setdefault(name, []).append(float(t))
+frames = {}
+for line in open(sys.argv[2]):
+    m = re.match(r"depth 16: (.*)", line)
+    if m:
+        for who, k in re.findall(r"([\w/-]+) (\d+) frames", m.group(1)):
+            frames[who] = int(k)
+print(f"The 16-deep walk in {sys.argv[3]} processes for each unwinder (short runs), ns a walk")
+print()
+print("| unwinder | frames | min | median | max | median ns per frame |")
+print("| --- | --- | --- | --- | --- | --- |")
+per = {}
+for label, who in [
+    ("stackmark, SFrame", "stackmark/sframe"),
+    ("libunwind", "libunwind"),
+    ("framehop", "framehop"),
+    ("glibc `backtrace()`", "glibc"),
+]:
+    ts = times.get(f"depth16/{who}")
+    if not ts or who not in frames:
+        continue
+    med = statistics.median(ts)
+    per[who] = med / frames[who]
+    print(f"| {label} | {frames[who]} | {min(ts):.1f} | {med:.1f} | {max(ts):.1f} | {per[who]:.2f} |")
+ours = per.get("stackmark/sframe")
+if not ours:
+    sys.exit("bench-goals: no 16-deep stackmark walk in the spread's runs")
+if ours:
+    print()
+    print("Medians, per frame: " + ", ".join(
+        f"{per[w] / ours:.2f}× faster than {w}" for w in ("libunwind", "framehop", "glibc") if w in per))
+PY
+}
+
 case "${1:-}" in
 --report)
   [ $# -eq 2 ] || {
-    echo "usage: scripts/bench-goals.sh [--quick | --report DIR]" >&2
+    echo "usage: scripts/bench-goals.sh [--quick | --report DIR | --spread N]" >&2
     exit 2
   }
   report "$2"
   exit
   ;;
+--spread)
+  [ $# -eq 2 ] && [ "$2" -gt 0 ] 2>/dev/null || {
+    echo "usage: scripts/bench-goals.sh [--quick | --report DIR | --spread N]" >&2
+    exit 2
+  }
+  spread "$2"
+  exit
+  ;;
 --quick) export STACKMARK_BENCH_QUICK=1 ;;
 "") ;;
 *)
-  echo "usage: scripts/bench-goals.sh [--quick | --report DIR]" >&2
+  echo "usage: scripts/bench-goals.sh [--quick | --report DIR | --spread N]" >&2
   exit 2
   ;;
 esac

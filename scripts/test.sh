@@ -92,6 +92,7 @@ check "cargo test (aarch64-unknown-linux-gnu under qemu)" \
 # Runs, not figures: a bench that panics or a result the README's tables
 # need and the run lacks fails the stage. No timing is judged here.
 check "bench smoke run (scripts/bench-goals.sh --quick)" bash scripts/bench-goals.sh --quick
+check "bench spread smoke run (scripts/bench-goals.sh --spread 2)" bash scripts/bench-goals.sh --spread 2
 
 # --- 6. Fuzz smoke run (cargo fuzz, nightly): each target, bounded ------------------
 check "fuzz smoke run (${STACKMARK_FUZZ_SECS:-60} s per target)" \
