@@ -122,6 +122,9 @@ print("| --- | --- |")
 ops = [
     ("`init`/`refresh` (the module table)", "init/refresh", 1e3, "µs"),
     (f"a full markup report ({report_shape})", "markup/report-64-frames-all-modules", 1e3, "µs"),
+    # Each iteration looks up 64 pcs.
+    ("an SFrame lookup, 64 concatenated pieces, no piece index", "sframe-lookup-64-pieces/plain", 64, "ns"),
+    ("an SFrame lookup, 64 concatenated pieces, with the piece index", "sframe-lookup-64-pieces/indexed", 64, "ns"),
 ]
 op = {}
 for label, name, scale, unit in ops:

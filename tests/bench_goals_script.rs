@@ -94,6 +94,8 @@ fn lay_out(name: &str, others: bool) -> std::path::PathBuf {
         Some(25_000.0),
         1.0,
     );
+    result(&run, "sframe-lookup-64-pieces/plain", Some(64_000.0), 1.0);
+    result(&run, "sframe-lookup-64-pieces/indexed", Some(6_400.0), 1.0);
     std::fs::write(run.join("bench.log"), log).unwrap();
     run
 }
@@ -173,6 +175,15 @@ fn every_ratio_is_per_frame_walked_and_each_goal_says_met_or_by_how_much_missed(
         "| full markup report ≤ 20 µs | 25.0 µs, missed by 20% | | |",
     );
     has(&l, "| init ≤ 200 µs | 150 µs, met | | |");
+    // 64 lookups an iteration.
+    has(
+        &l,
+        "| an SFrame lookup, 64 concatenated pieces, no piece index | 1000 ns |",
+    );
+    has(
+        &l,
+        "| an SFrame lookup, 64 concatenated pieces, with the piece index | 100 ns |",
+    );
     // Each part is the difference between two cuts.
     has(
         &l,
