@@ -22,27 +22,38 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Every result under criterion's directory $1, a line each: its id
+# ("depth16/stackmark/sframe") and its time in ns, the slope where
+# criterion fitted one (what it prints), else the mean.
+results() {
+  python3 - "$1" <<'PY'
+import json, os, sys
+for root, _, files in os.walk(sys.argv[1]):
+    if os.path.basename(root) == "new" and "benchmark.json" in files:
+        with open(os.path.join(root, "benchmark.json")) as f:
+            name = json.load(f)["full_id"]
+        with open(os.path.join(root, "estimates.json")) as f:
+            est = json.load(f)
+        print(name, (est.get("slope") or est["mean"])["point_estimate"])
+PY
+}
+
 report() {
   local dir=$1
   [ -d "$dir/criterion" ] && [ -f "$dir/bench.log" ] || {
     echo "bench-goals: $dir holds no run (criterion/ and bench.log)" >&2
     return 1
   }
+  results "$dir/criterion" >"$dir/times"
   python3 - "$dir" <<'PY'
-import json, os, re, sys
+import os, re, sys
 
 run = sys.argv[1]
-# Every result of the run, by criterion's id ("depth16/stackmark/sframe"):
-# the slope where criterion fitted one (what it prints), else the mean, in ns.
 times = {}
-for root, _, files in os.walk(os.path.join(run, "criterion")):
-    if os.path.basename(root) != "new" or "benchmark.json" not in files:
-        continue
-    with open(os.path.join(root, "benchmark.json")) as f:
-        name = json.load(f)["full_id"]
-    with open(os.path.join(root, "estimates.json")) as f:
-        est = json.load(f)
-    times[name] = (est.get("slope") or est["mean"])["point_estimate"]
+with open(os.path.join(run, "times")) as f:
+    for line in f:
+        name, t = line.split()
+        times[name] = float(t)
 
 # Frames each unwinder walked, as the benches print them:
 # "depth 16: stackmark/sframe 27 frames, stackmark/fp 27 frames".
@@ -231,14 +242,7 @@ spread() {
       }
     fi
     # This process's results, then none left for the next to be mistaken for.
-    python3 - "$CRITERION_HOME" >>"$out/times" <<'PY'
-import json, os, sys
-for root, _, files in os.walk(sys.argv[1]):
-    if os.path.basename(root) == "new" and "benchmark.json" in files:
-        name = json.load(open(os.path.join(root, "benchmark.json")))["full_id"]
-        est = json.load(open(os.path.join(root, "estimates.json")))
-        print(name, (est.get("slope") or est["mean"])["point_estimate"])
-PY
+    results "$CRITERION_HOME" >>"$out/times"
     rm -rf "$CRITERION_HOME"
     printf '.' >&2
   done
@@ -320,7 +324,7 @@ log=$out/bench.log
 } >"$log"
 # Progress as it comes: the frame counts and criterion's time lines.
 bench() {
-  cargo bench --bench "$1" 2>&1 | tee -a "$log" | { grep -E '^depth|time:' || true; } || {
+  cargo bench --bench "$1" 2>&1 | tee -a "$log" | { grep -E '^(depth|init|markup|sframe-lookup)|time:' || true; } || {
     echo "bench-goals: the $1 bench failed (its output: $log)" >&2
     exit 1
   }
