@@ -280,36 +280,31 @@ for label, who in [
 ours = per.get("stackmark/sframe")
 if not ours:
     sys.exit("bench-goals: no 16-deep stackmark walk in the spread's runs")
-if ours:
-    print()
-    print("Medians, per frame: " + ", ".join(
-        f"{per[w] / ours:.2f}× faster than {w}" for w in ("libunwind", "framehop", "glibc") if w in per))
+print()
+print("Medians, per frame: " + ", ".join(
+    f"{per[w] / ours:.2f}× faster than {w}" for w in ("libunwind", "framehop", "glibc") if w in per))
 PY
+}
+
+usage() {
+  echo "usage: scripts/bench-goals.sh [--quick | --spread N | --report DIR]" >&2
+  exit 2
 }
 
 case "${1:-}" in
 --report)
-  [ $# -eq 2 ] || {
-    echo "usage: scripts/bench-goals.sh [--quick | --report DIR | --spread N]" >&2
-    exit 2
-  }
+  [ $# -eq 2 ] || usage
   report "$2"
   exit
   ;;
 --spread)
-  [ $# -eq 2 ] && [ "$2" -gt 0 ] 2>/dev/null || {
-    echo "usage: scripts/bench-goals.sh [--quick | --report DIR | --spread N]" >&2
-    exit 2
-  }
+  [ $# -eq 2 ] && [ "$2" -gt 0 ] 2>/dev/null || usage
   spread "$2"
   exit
   ;;
---quick) export STACKMARK_BENCH_QUICK=1 ;;
+--quick) [ $# -eq 1 ] || usage; export STACKMARK_BENCH_QUICK=1 ;;
 "") ;;
-*)
-  echo "usage: scripts/bench-goals.sh [--quick | --report DIR | --spread N]" >&2
-  exit 2
-  ;;
+*) usage ;;
 esac
 
 out=$(realpath -m "${CARGO_TARGET_DIR:-target}/bench-goals")

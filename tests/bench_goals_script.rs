@@ -251,3 +251,26 @@ fn a_directory_without_a_run_is_refused() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("holds no run"));
 }
+
+#[test]
+fn words_it_does_not_know_are_refused_with_its_usage() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/bench-goals.sh");
+    for args in [
+        &["--bogus"][..],
+        &["--spread", "0"],
+        &["--spread", "x"],
+        &["--report"],
+        &["--quick", "more"],
+    ] {
+        let out = Command::new("bash")
+            .arg(&script)
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).starts_with("usage: "),
+            "{args:?}"
+        );
+    }
+}
