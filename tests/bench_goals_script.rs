@@ -41,9 +41,10 @@ fn result(run: &Path, id: &str, slope: Option<f64>, mean: f64) {
     std::fs::write(base.join("estimates.json"), "not json").unwrap();
 }
 
-/// A run: per depth, 20 frames for every unwinder, with these walk times in
-/// ns (`None` leaves an unwinder out, as on AArch64), and the log the
-/// benches print.
+/// A run: per depth, 20 frames for every unwinder (framehop 10) at walk
+/// times fixed relative to ours, the 16-deep parts, the other operations,
+/// and the log the benches print. `others: false` leaves libunwind and
+/// framehop out, as a run on AArch64 does.
 fn lay_out(name: &str, others: bool) -> std::path::PathBuf {
     let run = common::workdir(name);
     let mut log = String::from("bench-goals: commit: abc1234\n");
@@ -109,6 +110,14 @@ fn report(run: &Path) -> Output {
         .unwrap()
 }
 
+/// The report's lines for a run laid out as [`lay_out`] does, which must
+/// succeed.
+fn report_lines(name: &str, others: bool) -> Vec<String> {
+    let out = report(&lay_out(name, others));
+    assert!(out.status.success(), "{out:?}");
+    lines(&out)
+}
+
 fn lines(out: &Output) -> Vec<String> {
     String::from_utf8_lossy(&out.stdout)
         .lines()
@@ -126,10 +135,7 @@ fn has(lines: &[String], want: &str) {
 
 #[test]
 fn every_ratio_is_per_frame_walked_and_each_goal_says_met_or_by_how_much_missed() {
-    let run = lay_out("bench-goals-full", true);
-    let out = report(&run);
-    assert!(out.status.success(), "{out:?}");
-    let l = lines(&out);
+    let l = report_lines("bench-goals-full", true);
     has(&l, "commit: abc1234");
     // 100 ns over 20 frames; framehop walked 10 frames in the same 100 ns.
     has(
@@ -207,10 +213,7 @@ fn every_ratio_is_per_frame_walked_and_each_goal_says_met_or_by_how_much_missed(
 
 #[test]
 fn unwinders_a_run_never_benchmarked_are_not_run_rather_than_an_error() {
-    let run = lay_out("bench-goals-no-others", false);
-    let out = report(&run);
-    assert!(out.status.success(), "{out:?}");
-    let l = lines(&out);
+    let l = report_lines("bench-goals-no-others", false);
     has(
         &l,
         "| libunwind `unw_backtrace` | not run | not run | not run |",
