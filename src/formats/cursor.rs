@@ -94,3 +94,67 @@ pub fn u16_at(data: &[u8], off: usize) -> Option<u16> {
 pub fn u64_at(data: &[u8], off: usize) -> Option<u64> {
     Cursor::at(data, off).u64()
 }
+
+impl Cursor<'_> {
+    /// Reads an unsigned LEB128 number; `None` past the end or when it
+    /// does not fit 64 bits.
+    ///
+    /// ```
+    /// use stackmark::formats::cursor::Cursor;
+    /// assert_eq!(Cursor::new(&[0xe5, 0x8e, 0x26]).uleb128(), Some(624485));
+    /// assert_eq!(Cursor::new(&[0x80]).uleb128(), None);
+    /// ```
+    pub fn uleb128(&mut self) -> Option<u64> {
+        let mut value = 0u64;
+        let mut shift = 0u32;
+        loop {
+            let b = self.u8()?;
+            let bits = u64::from(b & 0x7f);
+            if shift >= 64 || (shift == 63 && bits > 1) {
+                return None;
+            }
+            value |= bits << shift;
+            shift += 7;
+            if b & 0x80 == 0 {
+                return Some(value);
+            }
+        }
+    }
+
+    /// Reads a signed LEB128 number; `None` past the end or when it does
+    /// not fit 64 bits.
+    ///
+    /// ```
+    /// use stackmark::formats::cursor::Cursor;
+    /// assert_eq!(Cursor::new(&[0xc0, 0xbb, 0x78]).sleb128(), Some(-123456));
+    /// assert_eq!(Cursor::new(&[0x78]).sleb128(), Some(-8));
+    /// ```
+    pub fn sleb128(&mut self) -> Option<i64> {
+        let mut value = 0i64;
+        let mut shift = 0u32;
+        loop {
+            let b = self.u8()?;
+            if shift >= 64 {
+                return None;
+            }
+            value |= i64::from(b & 0x7f).wrapping_shl(shift);
+            shift += 7;
+            if b & 0x80 == 0 {
+                if shift < 64 && b & 0x40 != 0 {
+                    value |= -1i64 << shift;
+                }
+                return Some(value);
+            }
+        }
+    }
+
+    /// Skips `n` bytes; `None` (and no move) if fewer remain.
+    pub fn skip(&mut self, n: usize) -> Option<()> {
+        self.bytes(n).map(|_| ())
+    }
+
+    /// Whether every byte has been read.
+    pub fn is_empty(&self) -> bool {
+        self.pos >= self.data.len()
+    }
+}

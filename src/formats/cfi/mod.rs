@@ -1,0 +1,365 @@
+//! DWARF call frame information as shipped for unwinding: `.eh_frame` and
+//! its index `.eh_frame_hdr` (LSB's "Exception Frames"; DWARF 5, 6.4).
+//!
+//! [`Cfi::new`] checks the index's header; everything else is read when a
+//! pc is looked up: [`Cfi::find_fde`] searches the index's sorted table
+//! (or, without one, every record in turn), and [`Cfi::find_row`] runs the
+//! FDE's CFA program up to the pc. Every read is bounds-checked and every
+//! malformed input gives a typed [`Error`], never a panic, so the same
+//! code reads a section in place, a copy, or hostile bytes.
+//!
+//! A row keeps the rules a walk needs: the CFA, the return address and the
+//! frame pointer. [`Cfi::unwind_row`] turns it into the walker's
+//! [`Row`](crate::formats::sframe::Row), or says why it cannot
+//! ([`Inexpressible`]): DWARF expressions, signal frames and rules the
+//! walker has no form for.
+//!
+//! ```
+//! use stackmark::formats::cfi::{Cfi, Registers};
+//! use stackmark::formats::sframe::{CfaRule, RegRule};
+//! // A CIE (CFA = rsp + 8, RA at CFA - 8) and an FDE for 0x1000..0x1010:
+//! // push rbp at +1 (CFA = rsp + 16, rbp at CFA - 16).
+//! let eh_frame = [
+//!     0x14, 0, 0, 0, 0, 0, 0, 0, 1, b'z', b'R', 0, 1, 0x78, 0x10, 1, 0x1b, 0x0c, 7, 8,
+//!     0x90, 1, 0, 0, // CIE
+//!     0x14, 0, 0, 0, 0x1c, 0, 0, 0, 0xc8, 0x0f, 0, 0, 0x10, 0, 0, 0, 0, 0x41, 0x0e, 0x10,
+//!     0x86, 2, 0, 0, // FDE
+//!     0, 0, 0, 0,
+//! ];
+//! // Laid at 0x2000, without an index.
+//! let cfi = Cfi::without_index(&eh_frame, 0x2000, Registers::X86_64);
+//! let row = cfi.unwind_row(0x1008).unwrap().unwrap();
+//! assert_eq!((row.func_start, row.func_size, row.row_start), (0x1000, 0x10, 0x1001));
+//! assert_eq!(row.cfa, CfaRule::SpPlus(16));
+//! assert_eq!((row.ra, row.fp), (RegRule::AtCfa(-8), RegRule::AtCfa(-16)));
+//! let row = cfi.unwind_row(0x1000).unwrap().unwrap();
+//! assert_eq!((row.cfa, row.fp), (CfaRule::SpPlus(8), RegRule::SameValue));
+//! assert_eq!(cfi.unwind_row(0x1010).unwrap(), None);
+//! ```
+
+mod entry;
+mod hdr;
+pub mod pointer;
+mod program;
+mod row;
+
+pub use entry::{Cie, Fde};
+pub use hdr::EhFrameHdr;
+pub use program::{for_each_row, row_at, Cfa, CfiRow, Rule, MAX_STATE_DEPTH};
+pub use row::{Inexpressible, Registers};
+
+use crate::formats::sframe::Row;
+use pointer::Bases;
+
+/// What is wrong with the data. Offsets count from the start of the
+/// section they are in (`.eh_frame`, or `.eh_frame_hdr` for
+/// [`Error::BadHeader`] and the index's errors).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Error {
+    /// The data ends inside a structure.
+    Truncated {
+        /// Which structure.
+        what: &'static str,
+        /// Where it starts.
+        offset: usize,
+    },
+    /// A pointer encoding this reader does not know, `omit` where a value
+    /// is needed, a base the context lacks, or `indirect` where an address
+    /// is needed.
+    BadEncoding {
+        /// The encoding byte.
+        encoding: u8,
+        /// Where the value is.
+        offset: usize,
+    },
+    /// An `.eh_frame_hdr` with a version other than 1.
+    BadHeader {
+        /// The version found.
+        version: u8,
+    },
+    /// A CIE version other than 1, 3 or 4.
+    UnsupportedVersion {
+        /// The version found.
+        version: u8,
+        /// Where the CIE is.
+        offset: usize,
+    },
+    /// A CIE whose augmentation is neither empty nor starts with `z`, so
+    /// its instructions cannot be found.
+    UnknownAugmentation {
+        /// Where the CIE is.
+        offset: usize,
+    },
+    /// A version 4 CIE with an address size other than 8 or a segment
+    /// selector.
+    UnsupportedAddressSize {
+        /// Where the CIE is.
+        offset: usize,
+    },
+    /// A register number past 65535.
+    BadRegister {
+        /// Where the CIE or instruction is.
+        offset: usize,
+    },
+    /// The record at an offset is an FDE where a CIE was expected.
+    NotACie {
+        /// Where the record is.
+        offset: usize,
+    },
+    /// The record at an offset is a CIE where an FDE was expected.
+    NotAnFde {
+        /// Where the record is.
+        offset: usize,
+    },
+    /// An FDE's CIE pointer leads outside the section or to no CIE.
+    BadCiePointer {
+        /// Where the FDE is.
+        offset: usize,
+    },
+    /// An FDE's range runs past the end of the address space.
+    AddressOverflow {
+        /// Where the FDE is.
+        offset: usize,
+    },
+    /// A `DW_CFA_*` opcode this reader does not know.
+    UnknownOpcode {
+        /// The opcode.
+        opcode: u8,
+        /// Where it is.
+        offset: usize,
+    },
+    /// An instruction that makes no sense where it is: an advance in a CIE
+    /// or backwards, a CFA offset or register change while the CFA is an
+    /// expression.
+    BadInstruction {
+        /// Where it is.
+        offset: usize,
+    },
+    /// More nested `DW_CFA_remember_state` than [`MAX_STATE_DEPTH`].
+    StateStackOverflow {
+        /// Where it is.
+        offset: usize,
+    },
+    /// `DW_CFA_restore_state` with nothing remembered.
+    StateStackUnderflow {
+        /// Where it is.
+        offset: usize,
+    },
+    /// The index points at an FDE outside `.eh_frame`.
+    IndexOutOfBounds {
+        /// The index entry.
+        entry: usize,
+    },
+}
+
+impl core::fmt::Display for Error {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match *self {
+            Error::Truncated { what, offset } => write!(f, "{what} at {offset:#x} is truncated"),
+            Error::BadEncoding { encoding, offset } => {
+                write!(
+                    f,
+                    "pointer encoding {encoding:#x} at {offset:#x} is unusable"
+                )
+            }
+            Error::BadHeader { version } => {
+                write!(f, ".eh_frame_hdr version {version} is not 1")
+            }
+            Error::UnsupportedVersion { version, offset } => {
+                write!(f, "CIE at {offset:#x} has version {version}")
+            }
+            Error::UnknownAugmentation { offset } => {
+                write!(f, "CIE at {offset:#x} has an unknown augmentation")
+            }
+            Error::UnsupportedAddressSize { offset } => {
+                write!(f, "CIE at {offset:#x} has an unsupported address size")
+            }
+            Error::BadRegister { offset } => {
+                write!(f, "register number at {offset:#x} is out of range")
+            }
+            Error::NotACie { offset } => write!(f, "record at {offset:#x} is not a CIE"),
+            Error::NotAnFde { offset } => write!(f, "record at {offset:#x} is not an FDE"),
+            Error::BadCiePointer { offset } => {
+                write!(f, "FDE at {offset:#x} points to no CIE")
+            }
+            Error::AddressOverflow { offset } => {
+                write!(f, "FDE at {offset:#x} runs past the address space")
+            }
+            Error::UnknownOpcode { opcode, offset } => {
+                write!(f, "unknown CFA opcode {opcode:#x} at {offset:#x}")
+            }
+            Error::BadInstruction { offset } => {
+                write!(f, "CFA instruction at {offset:#x} is out of place")
+            }
+            Error::StateStackOverflow { offset } => {
+                write!(f, "remember_state at {offset:#x} nests too deep")
+            }
+            Error::StateStackUnderflow { offset } => {
+                write!(f, "restore_state at {offset:#x} has no state to restore")
+            }
+            Error::IndexOutOfBounds { entry } => {
+                write!(f, ".eh_frame_hdr entry {entry} points outside .eh_frame")
+            }
+        }
+    }
+}
+
+/// A module's call frame information: `.eh_frame`, and its index where
+/// there is one.
+#[derive(Clone, Copy, Debug)]
+pub struct Cfi<'a> {
+    eh_frame: &'a [u8],
+    eh_frame_addr: u64,
+    index: Option<EhFrameHdr<'a>>,
+    regs: Registers,
+}
+
+impl<'a> Cfi<'a> {
+    /// `.eh_frame_hdr` (`hdr`, at runtime address `hdr_addr`) and the
+    /// `.eh_frame` it names, whose bytes from its start on are `eh_frame`
+    /// (they may run on past its end: records are read only as their
+    /// lengths say). Checks the index's header and that it points at
+    /// `eh_frame`'s address.
+    pub fn new(
+        hdr: &'a [u8],
+        hdr_addr: u64,
+        eh_frame: &'a [u8],
+        regs: Registers,
+    ) -> Result<Cfi<'a>, Error> {
+        let index = EhFrameHdr::parse(hdr, hdr_addr)?;
+        Ok(Cfi {
+            eh_frame,
+            eh_frame_addr: index.eh_frame_ptr(),
+            index: Some(index).filter(|i| i.has_table()),
+            regs,
+        })
+    }
+
+    /// `.eh_frame` alone (at runtime address `addr`), searched record by
+    /// record.
+    pub fn without_index(eh_frame: &'a [u8], addr: u64, regs: Registers) -> Cfi<'a> {
+        Cfi {
+            eh_frame,
+            eh_frame_addr: addr,
+            index: None,
+            regs,
+        }
+    }
+
+    /// Runtime address of `.eh_frame`.
+    pub fn eh_frame_addr(&self) -> u64 {
+        self.eh_frame_addr
+    }
+
+    /// The `.eh_frame` bytes given.
+    pub fn eh_frame(&self) -> &'a [u8] {
+        self.eh_frame
+    }
+
+    /// The index, if it has a search table.
+    pub fn index(&self) -> Option<&EhFrameHdr<'a>> {
+        self.index.as_ref()
+    }
+
+    /// The register numbers rows are read for.
+    pub fn registers(&self) -> Registers {
+        self.regs
+    }
+
+    /// The bases pointers in `.eh_frame` count from.
+    pub fn bases(&self) -> Bases {
+        Bases {
+            section: self.eh_frame_addr,
+            data: self.index.map(|i| i.addr()),
+            func: None,
+        }
+    }
+
+    /// The FDE covering `pc` and its CIE.
+    pub fn find_fde(&self, pc: u64) -> Result<Option<(Fde, Cie)>, Error> {
+        let bases = self.bases();
+        match &self.index {
+            Some(index) => {
+                let Some((entry, fde_addr)) = index.search(pc) else {
+                    return Ok(None);
+                };
+                let offset = usize::try_from(fde_addr.wrapping_sub(self.eh_frame_addr))
+                    .ok()
+                    .filter(|&o| o < self.eh_frame.len())
+                    .ok_or(Error::IndexOutOfBounds { entry })?;
+                let found = Fde::parse(self.eh_frame, offset, &bases)?;
+                Ok(found.0.contains(pc).then_some(found))
+            }
+            None => self.scan(pc, &bases),
+        }
+    }
+
+    /// Every record in turn, for data without an index.
+    fn scan(&self, pc: u64, bases: &Bases) -> Result<Option<(Fde, Cie)>, Error> {
+        let mut offset = 0;
+        let mut last_cie: Option<Cie> = None;
+        while offset < self.eh_frame.len() {
+            let Some(r) = entry::record(self.eh_frame, offset)? else {
+                break;
+            };
+            if r.id != 0 {
+                let cie_offset = (r.id_at as u64).wrapping_sub(r.id) as usize;
+                let cie = match last_cie {
+                    Some(c) if c.offset == cie_offset => c,
+                    _ => Fde::parse_record(self.eh_frame, &r, bases)?.1,
+                };
+                last_cie = Some(cie);
+                let fde = entry::Fde::parse_with(self.eh_frame, &r, &cie, bases)?;
+                if fde.contains(pc) {
+                    return Ok(Some((fde, cie)));
+                }
+            }
+            offset = r.end;
+        }
+        Ok(None)
+    }
+
+    /// The FDE covering `pc`, its CIE, and the row at `pc`.
+    pub fn find_row(&self, pc: u64) -> Result<Option<(Fde, Cie, CfiRow)>, Error> {
+        let Some((fde, cie)) = self.find_fde(pc)? else {
+            return Ok(None);
+        };
+        let row = row_at(self.eh_frame, &cie, &fde, self.regs.fp, &self.bases(), pc)?;
+        Ok(row.map(|r| (fde, cie, r)))
+    }
+
+    /// The walker's row at `pc`: `Ok(None)` where no FDE covers it,
+    /// `Err` where one does but its rule is one the walker cannot take
+    /// (or the data is malformed).
+    pub fn unwind_row(&self, pc: u64) -> Result<Option<Row>, Inexpressible> {
+        match self.find_row(pc) {
+            Ok(Some((fde, cie, row))) => row::to_row(&row, &fde, &cie, self.regs).map(Some),
+            Ok(None) => Ok(None),
+            Err(e) => Err(Inexpressible::Malformed(e)),
+        }
+    }
+}
+
+/// How many bytes of `data` (starting at an `.eh_frame`) its records take,
+/// up to and including a zero terminator; a record that runs past `data`
+/// ends it there.
+///
+/// ```
+/// use stackmark::formats::cfi::extent;
+/// let data = [4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff];
+/// assert_eq!(extent(&data), 12);
+/// ```
+pub fn extent(data: &[u8]) -> usize {
+    let mut offset = 0;
+    while offset < data.len() {
+        match entry::record(data, offset) {
+            Ok(Some(r)) => offset = r.end,
+            Ok(None) => return (offset + 4).min(data.len()),
+            Err(_) => return offset,
+        }
+    }
+    offset
+}
+
+#[cfg(test)]
+mod tests;

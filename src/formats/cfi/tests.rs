@@ -1,0 +1,228 @@
+//! Hand-made programs for the instructions real sections seldom use; the
+//! real sections themselves are checked against gimli in
+//! `tests/cfi_conformance.rs`.
+
+use super::*;
+
+/// A CIE (x86_64: CFA = rsp + 8, RA at CFA - 8, fde encoding pcrel sdata4,
+/// augmentation `zR` plus `extra`) at offset 0, then one FDE for
+/// `0x1000..0x1100` with instructions `program`, then a terminator. The
+/// section is at 0x2000.
+fn section(extra: &[u8], cie_program: &[u8], program: &[u8]) -> Vec<u8> {
+    let mut cie = vec![0, 0, 0, 0, 1, b'z', b'R'];
+    cie.extend_from_slice(extra);
+    cie.extend_from_slice(&[0, 1, 0x78, 0x10, 1, 0x1b, 0x0c, 7, 8, 0x90, 1]);
+    cie.extend_from_slice(cie_program);
+    while (cie.len() + 4) % 8 != 0 {
+        cie.push(0);
+    }
+    let mut out = Vec::new();
+    out.extend_from_slice(&(cie.len() as u32).to_le_bytes());
+    out.extend_from_slice(&cie);
+    let fde_at = out.len();
+    let mut fde = Vec::new();
+    fde.extend_from_slice(&((fde_at + 4) as u32).to_le_bytes());
+    let field = 0x2000 + fde_at as i64 + 8;
+    fde.extend_from_slice(&((0x1000 - field) as i32).to_le_bytes());
+    fde.extend_from_slice(&0x100u32.to_le_bytes());
+    fde.push(0);
+    fde.extend_from_slice(program);
+    out.extend_from_slice(&(fde.len() as u32).to_le_bytes());
+    out.extend_from_slice(&fde);
+    out.extend_from_slice(&[0; 4]);
+    out
+}
+
+fn rows(data: &[u8]) -> Result<Vec<CfiRow>, Error> {
+    let cfi = Cfi::without_index(data, 0x2000, Registers::X86_64);
+    let (fde, cie) = cfi.find_fde(0x1000)?.expect("an FDE at 0x1000");
+    let mut out = Vec::new();
+    for_each_row(data, &cie, &fde, 6, &cfi.bases(), |r| {
+        out.push(*r);
+        true
+    })?;
+    Ok(out)
+}
+
+fn sp(offset: i64) -> Cfa {
+    Cfa::RegOffset { reg: 7, offset }
+}
+
+#[test]
+fn remember_and_restore_state_bring_back_the_cfa_and_the_saved_registers() {
+    // +1: push rbp (CFA rsp+16, rbp at -16); +4: mov rbp,rsp (CFA rbp+16);
+    // +8: remember; +9: an epilogue (CFA rsp+8, rbp restored); +10:
+    // restore_state: back to rbp+16 with rbp saved.
+    let program = [
+        0x41, 0x0e, 0x10, 0x86, 0x02, 0x43, 0x0d, 0x06, 0x44, 0x0a, 0x0c, 0x07, 0x08, 0xc6, 0x41,
+        0x0b, 0x41,
+    ];
+    let got = rows(&section(&[], &[], &program)).unwrap();
+    let fp16 = Cfa::RegOffset { reg: 6, offset: 16 };
+    let want = [
+        (0x1000, 0x1001, sp(8), Rule::Unspecified),
+        (0x1001, 0x1004, sp(16), Rule::Offset(-16)),
+        (0x1004, 0x1008, fp16, Rule::Offset(-16)),
+        (0x1008, 0x1009, sp(8), Rule::Unspecified),
+        (0x1009, 0x100a, fp16, Rule::Offset(-16)),
+        (0x100a, 0x1100, fp16, Rule::Offset(-16)),
+    ];
+    let got: Vec<_> = got.iter().map(|r| (r.start, r.end, r.cfa, r.fp)).collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn every_advance_form_moves_by_the_code_alignment_factor() {
+    // advance_loc 1, advance_loc1 2, advance_loc2 3, advance_loc4 4,
+    // set_loc 0x1020 (pcrel sdata4, relative to its own field).
+    let mut program = vec![
+        0x41, 0x02, 2, 0x03, 3, 0, 0x04, 4, 0, 0, 0, 0x01, 0, 0, 0, 0,
+    ];
+    // The FDE is the last record before the terminator: its length field,
+    // then CIE pointer, pc_begin, range and augmentation length (13 bytes)
+    // before the program; set_loc's operand is 12 bytes into it.
+    let fde_start = section(&[], &[], &program).len() - 4 - 4 - (13 + program.len());
+    let field = 0x2000 + (fde_start + 4 + 13 + 12) as i64;
+    program[12..16].copy_from_slice(&((0x1020 - field) as i32).to_le_bytes());
+    let data = section(&[], &[], &program);
+    let got: Vec<_> = rows(&data).unwrap().iter().map(|r| r.start).collect();
+    assert_eq!(got, [0x1000, 0x1001, 0x1003, 0x1006, 0x100a, 0x1020]);
+}
+
+#[test]
+fn rules_the_walker_cannot_take_are_named() {
+    let cfi_of = |program: &[u8]| section(&[], &[], program);
+    let row = |data: &[u8], pc| {
+        Cfi::without_index(data, 0x2000, Registers::X86_64).unwrap_or_else_row(pc)
+    };
+    // def_cfa_expression (DW_OP_breg7 8).
+    let data = cfi_of(&[0x0f, 2, 0x77, 8]);
+    assert_eq!(row(&data, 0x1000), Err(Inexpressible::CfaExpression));
+    // expression for rip (16).
+    let data = cfi_of(&[0x10, 16, 2, 0x77, 8]);
+    assert_eq!(row(&data, 0x1000), Err(Inexpressible::ReturnAddressRule));
+    // val_offset for rbp.
+    let data = cfi_of(&[0x14, 6, 2]);
+    assert_eq!(row(&data, 0x1000), Err(Inexpressible::FramePointerRule));
+    // An expression for another register is dropped: the row stands.
+    let data = cfi_of(&[0x10, 3, 2, 0x77, 8]);
+    assert!(row(&data, 0x1000).is_ok());
+    // A signal frame (`zRS`).
+    let data = section(b"S", &[], &[]);
+    assert_eq!(row(&data, 0x1000), Err(Inexpressible::SignalFrame));
+    // The CFA from another register: the walker's FLEX form.
+    let data = cfi_of(&[0x0c, 10, 0]);
+    let got = row(&data, 0x1000).unwrap();
+    assert_eq!(
+        got.cfa,
+        crate::formats::sframe::CfaRule::RegPlus { reg: 10, offset: 0 }
+    );
+}
+
+trait RowOf {
+    fn unwrap_or_else_row(&self, pc: u64) -> Result<Row, Inexpressible>;
+}
+
+impl RowOf for Cfi<'_> {
+    fn unwrap_or_else_row(&self, pc: u64) -> Result<Row, Inexpressible> {
+        self.unwind_row(pc).map(|r| r.expect("a row"))
+    }
+}
+
+#[test]
+fn negate_ra_state_toggles_the_signed_return_address() {
+    let data = section(&[], &[], &[0x2d, 0x41, 0x2d, 0x41, 0x2d]);
+    let got: Vec<_> = rows(&data).unwrap().iter().map(|r| r.ra_signed).collect();
+    assert_eq!(got, [true, false, true]);
+}
+
+#[test]
+fn malformed_programs_give_errors_not_rows_past_them() {
+    let cases: &[(&[u8], Error)] = &[
+        (&[0x0b], Error::StateStackUnderflow { offset: 0 }),
+        (
+            &[0x3f],
+            Error::UnknownOpcode {
+                opcode: 0x3f,
+                offset: 0,
+            },
+        ),
+        (
+            &[0x0f, 1, 0x77, 0x0e, 8],
+            Error::BadInstruction { offset: 0 },
+        ),
+        (
+            &[0x02],
+            Error::Truncated {
+                what: "instruction",
+                offset: 0,
+            },
+        ),
+    ];
+    for (program, want) in cases {
+        let data = section(&[], &[], program);
+        // Offsets in errors count from the section start: compare kinds.
+        let got = rows(&data).unwrap_err();
+        assert_eq!(
+            core::mem::discriminant(&got),
+            core::mem::discriminant(want),
+            "{program:x?}: {got}"
+        );
+    }
+    let deep = [0x0a; MAX_STATE_DEPTH + 1];
+    let got = rows(&section(&[], &[], &deep)).unwrap_err();
+    assert!(matches!(got, Error::StateStackOverflow { .. }), "{got}");
+    // An advance inside a CIE's initial instructions.
+    let got = rows(&section(&[], &[0x41], &[])).unwrap_err();
+    assert!(matches!(got, Error::BadInstruction { .. }), "{got}");
+}
+
+#[test]
+fn an_index_finds_the_fde_a_linear_scan_finds_and_rejects_bad_tables() {
+    let data = section(&[], &[], &[0x41, 0x0e, 0x10]);
+    let fde_at = u32::from_le_bytes(data[0..4].try_into().unwrap()) as usize + 4;
+    // Header at 0x1800: version 1, eh_frame_ptr pcrel sdata4, count udata4,
+    // table datarel sdata4.
+    let mut hdr = vec![1, 0x1b, 0x03, 0x3b];
+    hdr.extend_from_slice(&(0x2000i32 - 0x1804).to_le_bytes());
+    hdr.extend_from_slice(&1u32.to_le_bytes());
+    hdr.extend_from_slice(&(0x1000i32 - 0x1800).to_le_bytes());
+    hdr.extend_from_slice(&((0x2000 + fde_at) as i32 - 0x1800).to_le_bytes());
+    let cfi = Cfi::new(&hdr, 0x1800, &data, Registers::X86_64).unwrap();
+    assert_eq!(cfi.eh_frame_addr(), 0x2000);
+    assert_eq!(cfi.index().map(|i| i.len()), Some(1));
+    let linear = Cfi::without_index(&data, 0x2000, Registers::X86_64);
+    for pc in [0xfff, 0x1000, 0x1001, 0x10ff, 0x1100] {
+        assert_eq!(cfi.find_row(pc), linear.find_row(pc), "{pc:#x}");
+    }
+    assert!(cfi.find_row(0x1001).unwrap().is_some());
+    // A count past the data.
+    let mut long = hdr.clone();
+    long[8..12].copy_from_slice(&2u32.to_le_bytes());
+    assert!(matches!(
+        Cfi::new(&long, 0x1800, &data, Registers::X86_64),
+        Err(Error::Truncated { .. })
+    ));
+    // An entry pointing outside .eh_frame.
+    let mut wild = hdr.clone();
+    wild[16..20].copy_from_slice(&0x7000_0000i32.to_le_bytes());
+    let cfi = Cfi::new(&wild, 0x1800, &data, Registers::X86_64).unwrap();
+    assert_eq!(
+        cfi.find_fde(0x1000),
+        Err(Error::IndexOutOfBounds { entry: 0 })
+    );
+    assert!(matches!(
+        Cfi::new(&[2, 0, 0, 0], 0, &data, Registers::X86_64),
+        Err(Error::BadHeader { version: 2 })
+    ));
+}
+
+#[test]
+fn no_prefix_of_a_section_panics_or_loops() {
+    let data = section(b"S", &[0x0a, 0x0b], &[0x41, 0x0e, 0x10, 0x86, 2, 0x2e, 8]);
+    for n in 0..=data.len() {
+        let cfi = Cfi::without_index(&data[..n], 0x2000, Registers::X86_64);
+        let _ = cfi.find_row(0x1004);
+        let _ = extent(&data[..n]);
+    }
+}
