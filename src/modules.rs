@@ -15,6 +15,7 @@
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 
+use crate::formats::cfi::Cfi;
 use crate::formats::compact_unwind::UnwindInfo;
 use crate::formats::elf::{PF_R, PF_W, PF_X};
 use crate::formats::sframe::SFrame;
@@ -113,6 +114,12 @@ pub struct Module {
     /// Where the table's copy of the unwind data lives (for freeing): the
     /// SFrame section on Linux, `__unwind_info` on macOS.
     pub(crate) sframe_copy: (usize, usize),
+    /// The module's DWARF CFI (`.eh_frame_hdr` and `.eh_frame`): read in
+    /// place for a module mapped for good, else a copy the table owns.
+    pub(crate) cfi: Option<Cfi<'static>>,
+    /// Where the table's copy of the CFI lives, `(0, 0)` when it is read
+    /// in place or absent.
+    pub(crate) cfi_copy: (usize, usize),
     /// Lowest and highest executable addresses, for quick rejection.
     text: (u64, u64),
     /// How many segments are executable: with one, `text` is that segment.
@@ -166,6 +173,8 @@ impl Module {
         sframe: None,
         compact: None,
         sframe_copy: (0, 0),
+        cfi: None,
+        cfi_copy: (0, 0),
         text: (u64::MAX, 0),
         code_count: 0,
         pinned: false,
@@ -223,6 +232,28 @@ impl Module {
     /// its `mach_header` (for a table built by hand).
     pub fn set_compact(&mut self, compact: Option<(UnwindInfo<'static>, u64)>) {
         self.compact = compact;
+    }
+
+    /// The module's DWARF CFI, if any, lent for as long as the module is.
+    pub fn cfi(&self) -> Option<Cfi<'_>> {
+        self.cfi
+    }
+
+    /// Gives the module DWARF CFI (for a table built by hand).
+    pub fn set_cfi(&mut self, cfi: Option<Cfi<'static>>) {
+        self.cfi = cfi;
+    }
+
+    /// The bytes of CFI the table copied for this module (0 where it reads
+    /// the module's own, or has none).
+    pub fn cfi_copy_bytes(&self) -> usize {
+        self.cfi_copy.1
+    }
+
+    /// The mappings the table made for this module's unwind data, `(0, 0)`
+    /// for none.
+    pub(crate) fn copies(&self) -> [(usize, usize); 2] {
+        [self.sframe_copy, self.cfi_copy]
     }
 
     /// The loaded segments.
@@ -412,28 +443,38 @@ impl Table {
         true
     }
 
-    /// Whether one of this table's modules holds `m`'s copy of its unwind
-    /// data (a module without a copy shares nothing).
-    pub(crate) fn shares_copy(&self, m: &Module) -> bool {
-        m.sframe_copy.0 != 0
+    /// Whether one of this table's modules holds the copy of unwind data
+    /// at `copy` (no copy is shared).
+    pub(crate) fn shares_copy(&self, copy: (usize, usize)) -> bool {
+        copy.0 != 0
             && self
                 .modules()
                 .iter()
-                .any(|o| o.sframe_copy.0 == m.sframe_copy.0)
+                .any(|o| o.copies().iter().any(|c| c.0 == copy.0))
+    }
+
+    /// Bytes of DWARF CFI the table copied for its modules (those it does
+    /// not read in place).
+    pub fn cfi_copy_bytes(&self) -> usize {
+        self.modules().iter().map(Module::cfi_copy_bytes).sum()
     }
 
     /// Appends `m`, built for this table while `old` is published. When
-    /// the table is full, `m` is left out and `release(m)` frees its copy,
-    /// unless it was reused from `old`: walks may be reading that one, and
-    /// it is freed with `old`, once none does.
+    /// the table is full, `m` is left out and `release` frees each of its
+    /// copies, unless it was reused from `old`: walks may be reading that
+    /// one, and it is freed with `old`, once none does.
     pub(crate) fn push_or_release(
         &mut self,
         m: Module,
         old: &Table,
-        release: impl FnOnce(&Module),
+        mut release: impl FnMut((usize, usize)),
     ) -> bool {
-        if self.count == MAX_MODULES && !old.shares_copy(&m) {
-            release(&m);
+        if self.count == MAX_MODULES {
+            for c in m.copies() {
+                if c.0 != 0 && !old.shares_copy(c) {
+                    release(c);
+                }
+            }
         }
         self.push(m)
     }
@@ -593,7 +634,7 @@ impl Table {
                 }
                 // Read where it is stored, as the SFrame section is.
                 let Some((info, base)) = &m.compact else {
-                    return Lookup::NoInfo;
+                    return cfi_lookup(m, pc);
                 };
                 let entry = u32::try_from(pc.wrapping_sub(*base))
                     .ok()
@@ -603,9 +644,77 @@ impl Table {
                         encoding: e.encoding,
                         func_start: base.wrapping_add(u64::from(e.func_start)),
                     },
-                    None => Lookup::NoInfo,
+                    None => cfi_lookup(m, pc),
                 }
             }
+        }
+    }
+}
+
+/// How many lookups found a CFI row the walker cannot take, by
+/// [`CfiFallback`] kind; those pcs are walked as if they had no table.
+static CFI_FALLBACKS: [AtomicU64; CfiFallback::COUNT] =
+    [const { AtomicU64::new(0) }; CfiFallback::COUNT];
+
+/// Why a pc with DWARF CFI was walked without it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CfiFallback {
+    /// A signal trampoline (`S`): crossed by its code and `ucontext`.
+    SignalFrame,
+    /// The CFA is a DWARF expression.
+    CfaExpression,
+    /// The return address or frame pointer rule is an expression or `CFA + n`.
+    RegisterRule,
+    /// An offset or size past what a row holds.
+    TooLarge,
+    /// The CFI is malformed.
+    Malformed,
+}
+
+impl CfiFallback {
+    const COUNT: usize = 5;
+    /// Every kind, in counting order.
+    pub const ALL: [CfiFallback; CfiFallback::COUNT] = [
+        CfiFallback::SignalFrame,
+        CfiFallback::CfaExpression,
+        CfiFallback::RegisterRule,
+        CfiFallback::TooLarge,
+        CfiFallback::Malformed,
+    ];
+
+    fn of(e: &crate::formats::cfi::Inexpressible) -> CfiFallback {
+        use crate::formats::cfi::Inexpressible as I;
+        match e {
+            I::SignalFrame => CfiFallback::SignalFrame,
+            I::CfaExpression => CfiFallback::CfaExpression,
+            I::ReturnAddressRule | I::FramePointerRule => CfiFallback::RegisterRule,
+            I::OffsetTooLarge | I::FunctionTooLarge => CfiFallback::TooLarge,
+            I::Malformed(_) => CfiFallback::Malformed,
+        }
+    }
+
+    /// How many uncached lookups fell back for this reason since the
+    /// process started (cached answers are not counted again).
+    pub fn count(self) -> u64 {
+        CFI_FALLBACKS[self as usize].load(Relaxed)
+    }
+}
+
+/// The CFI row at `pc` in `m`, or [`Lookup::NoInfo`] (counted when an FDE
+/// covers the pc but its rule cannot be taken). Out of line: running a CFA
+/// program takes a frame of its own, which the walk's callers need not
+/// reserve on every step.
+#[inline(never)]
+fn cfi_lookup(m: &Module, pc: u64) -> Lookup {
+    let Some(cfi) = &m.cfi else {
+        return Lookup::NoInfo;
+    };
+    match cfi.unwind_row(pc) {
+        Ok(Some(row)) => Lookup::Cfi(row),
+        Ok(None) => Lookup::NoInfo,
+        Err(e) => {
+            CFI_FALLBACKS[CfiFallback::of(&e) as usize].fetch_add(1, Relaxed);
+            Lookup::NoInfo
         }
     }
 }
@@ -986,7 +1095,7 @@ impl Registry {
         &'static self,
         wait: core::time::Duration,
         fill: impl FnOnce(&mut Table, &Table),
-        release: impl Fn(&Module),
+        release: impl Fn((usize, usize)),
     ) -> Result<u64, RefreshError> {
         // Refreshes queue up behind each other; none runs in a signal handler.
         while self.writing.swap(true, SeqCst) {
@@ -1023,9 +1132,9 @@ impl Registry {
         // one's. A table abandoned half written at a fork keeps its copies
         // (a few leak, once): which of them were mapped is not known.
         if self.abandoned.swap(usize::MAX, SeqCst) != new_idx {
-            for m in new.modules() {
-                if m.sframe_copy.0 != 0 && !old.shares_copy(m) {
-                    release(m);
+            for c in new.modules().iter().flat_map(Module::copies) {
+                if c.0 != 0 && !old.shares_copy(c) {
+                    release(c);
                 }
             }
         }
@@ -1043,7 +1152,7 @@ impl Registry {
 pub(crate) fn refresh_with(
     wait: core::time::Duration,
     fill: impl FnOnce(&mut Table, &Table),
-    release: impl Fn(&Module),
+    release: impl Fn((usize, usize)),
 ) -> Result<u64, RefreshError> {
     static AT_FORK: AtomicBool = AtomicBool::new(false);
     extern "C" fn in_child() {
@@ -1452,7 +1561,7 @@ mod tests {
         mods: &[Module],
         freed: &std::cell::RefCell<Vec<usize>>,
     ) -> Result<u64, RefreshError> {
-        let release = |m: &Module| freed.borrow_mut().push(m.sframe_copy.0);
+        let release = |c: (usize, usize)| freed.borrow_mut().push(c.0);
         r.refresh_within(
             wait,
             |new, old| {
@@ -1536,10 +1645,9 @@ mod tests {
         }
         let mut freed = vec![];
         // Reused from the published table, which walks may be reading.
-        assert!(!new.push_or_release(with_copy(b"kept", 7), &old, |m| freed.push(m.sframe_copy.0)));
+        assert!(!new.push_or_release(with_copy(b"kept", 7), &old, |c| freed.push(c.0)));
         // A copy made for the new table alone.
-        assert!(!new.push_or_release(with_copy(b"fresh", 8), &old, |m| freed
-            .push(m.sframe_copy.0)));
+        assert!(!new.push_or_release(with_copy(b"fresh", 8), &old, |c| freed.push(c.0)));
         assert_eq!(freed, [8]);
         assert_eq!(new.dropped_modules(), 2);
     }

@@ -76,7 +76,7 @@ fn pack(l: &Lookup) -> Option<[u64; 5]> {
             encoding,
             func_start,
         } => [3, u64::from(encoding), func_start, 0, 0],
-        Lookup::SFrame(r) => {
+        Lookup::SFrame(r) | Lookup::Cfi(r) => {
             let (kind, reg, off) = match r.cfa {
                 CfaRule::SpPlus(o) => (0, 0, o),
                 CfaRule::FpPlus(o) => (1, 0, o),
@@ -84,8 +84,9 @@ fn pack(l: &Lookup) -> Option<[u64; 5]> {
                 CfaRule::AtRegPlus { reg, offset } => (3, reg, offset),
             };
             let flags = u64::from(r.mangled_ra) | u64::from(r.signal_frame) << 1;
+            let tag = if matches!(l, Lookup::Cfi(_)) { 5 } else { 4 };
             let w0 =
-                4 | kind << 8 | flags << 12 | u64::from(reg) << 16 | u64::from(off as u32) << 32;
+                tag | kind << 8 | flags << 12 | u64::from(reg) << 16 | u64::from(off as u32) << 32;
             let span = u64::from(r.func_size) | r.row_start.wrapping_sub(r.func_start) << 32;
             [w0, pack_reg(r.ra), pack_reg(r.fp), r.func_start, span]
         }
@@ -100,7 +101,7 @@ fn unpack(w: &[u64; 5]) -> Option<Lookup> {
             encoding: w[1] as u32,
             func_start: w[2],
         },
-        4 => {
+        tag @ (4 | 5) => {
             let (reg, off) = ((w[0] >> 16) as u16, (w[0] >> 32) as u32 as i32);
             let cfa = match (w[0] >> 8) & 0xf {
                 0 => CfaRule::SpPlus(off),
@@ -108,7 +109,7 @@ fn unpack(w: &[u64; 5]) -> Option<Lookup> {
                 2 => CfaRule::RegPlus { reg, offset: off },
                 _ => CfaRule::AtRegPlus { reg, offset: off },
             };
-            Lookup::SFrame(Row {
+            let row = Row {
                 func_start: w[3],
                 func_size: w[4] as u32,
                 row_start: w[3].wrapping_add(w[4] >> 32),
@@ -117,7 +118,12 @@ fn unpack(w: &[u64; 5]) -> Option<Lookup> {
                 fp: unpack_reg(w[2])?,
                 mangled_ra: (w[0] >> 12) & 1 != 0,
                 signal_frame: (w[0] >> 13) & 1 != 0,
-            })
+            };
+            if tag == 5 {
+                Lookup::Cfi(row)
+            } else {
+                Lookup::SFrame(row)
+            }
         }
         _ => return None,
     })
@@ -166,6 +172,16 @@ mod tests {
                 CfaRule::FpPlus(16),
                 RegRule::Undefined,
                 RegRule::AtCfa(-16),
+            )),
+            Lookup::Cfi(row(
+                CfaRule::FpPlus(16),
+                RegRule::Undefined,
+                RegRule::AtCfa(-16),
+            )),
+            Lookup::Cfi(row(
+                CfaRule::RegPlus { reg: 10, offset: 0 },
+                RegRule::AtCfa(-8),
+                RegRule::SameValue,
             )),
         ];
         for (i, l) in cases.iter().enumerate() {

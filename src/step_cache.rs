@@ -40,6 +40,7 @@ mod tests {
                 ra_off: -8,
                 fp_off: Some(-16),
                 mangled_ra: true,
+                cfi: cfa_off % 3 == 0,
             })
         };
         let cases = [

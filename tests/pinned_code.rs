@@ -17,7 +17,7 @@ use stackmark::arch::Native;
 use stackmark::formats::elf::{Dynamic, ElfFile};
 use stackmark::modules::Module;
 use stackmark::walk::CodeMap;
-use stackmark::Frame;
+use stackmark::{Frame, Method};
 use stackmark_fixtures as fx;
 
 fn file_name(m: &Module) -> String {
@@ -98,31 +98,38 @@ static COUNTING: Mutex<()> = Mutex::new(());
 fn a_cold_walk_through_pinned_code_makes_no_checked_reads() {
     let _counting = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
     stackmark::init().unwrap();
-    let mut frames = [Frame::default(); 128];
-    let (mut n, mut reads, mut exact) = (0, u64::MAX, false);
-    fx::at_depth(8, &mut || {
-        stackmark::clear_caches();
-        let before = stackmark::os::checked_reads();
-        // The capture decodes its own call (through the GOT, as rustc
-        // calls it here) without a checked read: the slot lies in the
-        // program's data.
-        // Without frame pointers, the Rust frames below the recursion are
-        // found by scanning, which asks of each candidate whether a call
-        // precedes it: a read of the program's code.
-        let (regs, precise) = stackmark::capture_here();
-        let opts = stackmark::WalkOptions {
-            use_frame_pointers: false,
-            ..Default::default()
-        };
-        n = stackmark::walk_from(regs, precise, opts, &mut frames);
-        reads = stackmark::os::checked_reads() - before;
-        exact = precise;
-    });
-    let methods: Vec<_> = frames[..n].iter().map(|f| f.method).collect();
-    assert!(exact, "the capture's call was decoded");
-    assert!(n >= 3, "{methods:?}");
-    assert!(methods.contains(&stackmark::Method::Scan), "{methods:?}");
-    assert_eq!(reads, 0, "{methods:?}");
+    // Without frame pointers, the Rust frames below the recursion are found
+    // from the program's DWARF CFI, read in place; without tables too, by
+    // scanning, which asks of each candidate whether a call precedes it: a
+    // read of the program's code.
+    let cfi = stackmark::WalkOptions {
+        use_frame_pointers: false,
+        ..Default::default()
+    };
+    let scan = stackmark::WalkOptions {
+        use_tables: false,
+        ..cfi
+    };
+    for (opts, method) in [(cfi, Method::Cfi), (scan, Method::Scan)] {
+        let mut frames = [Frame::default(); 128];
+        let (mut n, mut reads, mut exact) = (0, u64::MAX, false);
+        fx::at_depth(8, &mut || {
+            stackmark::clear_caches();
+            let before = stackmark::os::checked_reads();
+            // The capture decodes its own call (through the GOT, as rustc
+            // calls it here) without a checked read: the slot lies in the
+            // program's data.
+            let (regs, precise) = stackmark::capture_here();
+            n = stackmark::walk_from(regs, precise, opts, &mut frames);
+            reads = stackmark::os::checked_reads() - before;
+            exact = precise;
+        });
+        let methods: Vec<_> = frames[..n].iter().map(|f| f.method).collect();
+        assert!(exact, "the capture's call was decoded");
+        assert!(n >= 3, "{methods:?}");
+        assert!(methods.contains(&method), "{methods:?}");
+        assert_eq!(reads, 0, "{methods:?}");
+    }
 }
 
 #[test]

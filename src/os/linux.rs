@@ -1,13 +1,15 @@
 //! Linux: the module table from `dl_iterate_phdr`, SFrame from
-//! `PT_GNU_SFRAME` or the `.sframe` section, stack bounds, and reads that
-//! cannot fault.
+//! `PT_GNU_SFRAME` or the `.sframe` section, DWARF CFI from
+//! `PT_GNU_EH_FRAME`, stack bounds, and reads that cannot fault.
 
 use core::ffi::{c_int, c_void, CStr};
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed};
 
+use crate::formats::cfi::{self, Cfi, EhFrameHdr, Registers};
 use crate::formats::cursor::u64_at;
 use crate::formats::elf::{
-    self, Dynamic, ElfFile, ProgramHeader, PHDR_SIZE, PT_DYNAMIC, PT_GNU_SFRAME, PT_LOAD, PT_NOTE,
+    self, Dynamic, ElfFile, ProgramHeader, PHDR_SIZE, PT_DYNAMIC, PT_GNU_EH_FRAME, PT_GNU_SFRAME,
+    PT_LOAD, PT_NOTE,
 };
 use crate::formats::sframe::{PieceEntry, SFrame};
 use crate::modules::{self, Module, RefreshError, Segment, Table, MAX_MODULES};
@@ -415,6 +417,75 @@ fn copy_sframe(addr: u64, len: u64) -> Option<(SFrame<'static>, (usize, usize))>
     }
 }
 
+/// The DWARF numbers of this architecture's stack and frame pointers.
+#[cfg(target_arch = "aarch64")]
+const CFI_REGISTERS: Registers = Registers::AARCH64;
+#[cfg(not(target_arch = "aarch64"))]
+const CFI_REGISTERS: Registers = Registers::X86_64;
+
+/// A module's DWARF CFI from its `PT_GNU_EH_FRAME` (`.eh_frame_hdr`, at
+/// `hdr_addr`), while `dl_iterate_phdr` holds the module loaded. A module
+/// mapped for good (`in_place`) is read where it lies, its `.eh_frame`
+/// given up to the end of its segment (records are read only as far as
+/// their lengths say); any other is copied into a mapping the table owns,
+/// `.eh_frame` as far as its records go. Returns the CFI and the copy
+/// (`(0, 0)` for none).
+fn cfi_of(
+    m: &Module,
+    hdr_addr: u64,
+    hdr_len: u64,
+    in_place: bool,
+) -> Option<(Cfi<'static>, (usize, usize))> {
+    if !in_readable(m, hdr_addr, hdr_len) {
+        return None;
+    }
+    let hdr = loaded(hdr_addr, hdr_len)?;
+    let eh_frame_addr = EhFrameHdr::parse(hdr, hdr_addr).ok()?.eh_frame_ptr();
+    let rest = loaded(
+        eh_frame_addr,
+        readable_end(m, eh_frame_addr)? - eh_frame_addr,
+    )?;
+    if in_place {
+        let cfi = Cfi::new(hdr, hdr_addr, rest, CFI_REGISTERS).ok()?;
+        return Some((cfi, (0, 0)));
+    }
+    let eh_frame = &rest[..cfi::extent(rest)];
+    let eh_at = hdr.len().next_multiple_of(8);
+    let size = (eh_at + eh_frame.len()).div_ceil(PAGE as usize) * PAGE as usize;
+    // SAFETY: a fresh anonymous mapping of `size` bytes, checked for
+    // failure; both copies lie within it, and nothing writes to it once it
+    // is made read-only.
+    let (hdr_copy, eh_copy): (&'static [u8], &'static [u8]) = unsafe {
+        let p = libc::mmap(
+            core::ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        if p == libc::MAP_FAILED {
+            return None;
+        }
+        let p = p.cast::<u8>();
+        core::ptr::copy_nonoverlapping(hdr.as_ptr(), p, hdr.len());
+        core::ptr::copy_nonoverlapping(eh_frame.as_ptr(), p.add(eh_at), eh_frame.len());
+        libc::mprotect(p.cast(), size, libc::PROT_READ);
+        (
+            core::slice::from_raw_parts(p, hdr.len()),
+            core::slice::from_raw_parts(p.add(eh_at), eh_frame.len()),
+        )
+    };
+    let mapping = (hdr_copy.as_ptr() as usize, size);
+    match Cfi::new(hdr_copy, hdr_addr, eh_copy, CFI_REGISTERS) {
+        Ok(cfi) => Some((cfi, mapping)),
+        Err(_) => {
+            release_copy(mapping);
+            None
+        }
+    }
+}
+
 fn release_copy((ptr, size): (usize, usize)) {
     if ptr != 0 {
         // SAFETY: `(ptr, size)` is a mapping made by `copy_sframe` that no
@@ -630,6 +701,7 @@ unsafe extern "C" fn on_object(
     )
     .unwrap_or(&[]);
     let mut sframe_at = None;
+    let mut eh_frame_hdr_at = None;
     let mut dynamic = None;
     for ph in phdrs
         .chunks_exact(PHDR_SIZE)
@@ -646,6 +718,7 @@ unsafe extern "C" fn on_object(
                 });
             }
             PT_GNU_SFRAME => sframe_at = Some((start, ph.memsz)),
+            PT_GNU_EH_FRAME => eh_frame_hdr_at = Some((start, ph.memsz)),
             PT_DYNAMIC => dynamic = Some((start, ph.memsz)),
             _ => {}
         }
@@ -709,11 +782,33 @@ unsafe extern "C" fn on_object(
     if is_main || is_vdso || runs_reads {
         m.fix();
     }
+    if let Some((addr, len)) = eh_frame_hdr_at {
+        // The modules whose code is read directly, read in place: never
+        // unloaded (the program, the vDSO) or holding the code every walk
+        // runs (stackmark's own and the C library's), and none of their
+        // files can be cut short (see above).
+        let in_place = is_main || is_vdso || runs_reads;
+        let reused = fill.old.modules().iter().find(|o| {
+            o.bias == bias
+                && o.name() == m.name()
+                && o.cfi_copy.0 != 0
+                && !m.build_id().is_empty()
+                && o.build_id() == m.build_id()
+                && o.segments() == m.segments()
+                && o.cfi
+                    .is_some_and(|c| c.index().is_some_and(|i| i.addr() == addr))
+        });
+        let found = match reused {
+            Some(o) if !in_place => o.cfi.map(|c| (c, o.cfi_copy)),
+            _ => cfi_of(&m, addr, len, in_place),
+        };
+        if let Some((c, copy)) = found {
+            m.cfi = Some(c);
+            m.cfi_copy = copy;
+        }
+    }
     let index = fill.new.modules().len();
-    if !fill
-        .new
-        .push_or_release(m, fill.old, |m| release_copy(m.sframe_copy))
-    {
+    if !fill.new.push_or_release(m, fill.old, release_copy) {
         fill.deps.incomplete = true;
         return 0;
     }
@@ -947,7 +1042,7 @@ pub(crate) fn refresh_waiting(wait: core::time::Duration) -> Result<u64, Refresh
             // SAFETY: getauxval only reads the auxiliary vector.
             new.set_entry(unsafe { libc::getauxval(libc::AT_ENTRY) });
         },
-        |m| release_copy(m.sframe_copy),
+        release_copy,
     )
 }
 

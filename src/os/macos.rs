@@ -213,7 +213,7 @@ fn image_module(mh: u64, name: &[u8], old: &Table) -> Option<Module> {
 /// Appends `m`; when the table is full, releases its copy of
 /// `__unwind_info` unless it was reused from `old` ([`Table::push_or_release`]).
 fn push(table: &mut Table, old: &Table, m: Module) {
-    table.push_or_release(m, old, |m| release_copy(m.sframe_copy));
+    table.push_or_release(m, old, release_copy);
 }
 
 /// Carries `old`'s modules over into `new`, but that of the image whose
@@ -345,7 +345,7 @@ pub fn refresh() -> Result<u64, RefreshError> {
                 }
                 new.count_dropped(left_out);
             },
-            |m| release_copy(m.sframe_copy),
+            release_copy,
         )?;
         if !stale {
             return Ok(generation);
@@ -409,7 +409,7 @@ extern "C" fn on_add_image(mh: *const c_void, _slide: isize) {
                 push(new, old, m);
             }
         },
-        |m| release_copy(m.sframe_copy),
+        release_copy,
     );
 }
 
@@ -424,7 +424,7 @@ extern "C" fn on_remove_image(mh: *const c_void, _slide: isize) {
     let _ = modules::refresh_with(
         modules::REFRESH_WAIT,
         |new, old| carry_over(new, old, Some(mh)),
-        |m| release_copy(m.sframe_copy),
+        release_copy,
     );
 }
 

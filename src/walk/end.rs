@@ -78,6 +78,7 @@ fn method_code(m: Method) -> u64 {
         Method::Scan => 4,
         Method::SignalFrame => 5,
         Method::Entry => 6,
+        Method::Cfi => 7,
     }
 }
 
@@ -86,6 +87,7 @@ fn method_from(code: u64) -> Option<Method> {
         1 => Method::SFrame,
         3 => Method::FramePointer,
         4 => Method::Scan,
+        7 => Method::Cfi,
         _ => return None,
     })
 }
@@ -230,7 +232,7 @@ struct Noting<'c, C> {
 impl<C: CodeMap> CodeMap for Noting<'_, C> {
     fn lookup(&self, pc: u64) -> Lookup {
         let l = self.inner.lookup(pc);
-        if matches!(&l, Lookup::SFrame(row) if row.names_registers()) {
+        if matches!(&l, Lookup::SFrame(row) | Lookup::Cfi(row) if row.names_registers()) {
             self.spoiled.set(true);
         }
         l

@@ -28,6 +28,8 @@ pub struct FastRule {
     pub fp_off: Option<i16>,
     /// The saved return address carries pointer-authentication bits.
     pub mangled_ra: bool,
+    /// The row came from DWARF CFI (frames it finds are [`Method::Cfi`]).
+    pub cfi: bool,
 }
 
 /// A frame-pointer link as a rule, the same on both architectures: the
@@ -40,6 +42,7 @@ pub const FRAME_POINTER: FastRule = FastRule {
     ra_off: -8,
     fp_off: Some(-16),
     mangled_ra: true,
+    cfi: false,
 };
 
 /// What the hot path may do at one lookup pc.
@@ -64,7 +67,7 @@ pub enum HotKind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Hot {
     /// Kind (bits 0-3), flags (4: CFA from fp, 5: mangled RA, 6: fp
-    /// saved), RA offset (bits 8-23), FP offset (bits 24-39) and CFA offset
+    /// saved, 7: a CFI row), RA offset (bits 8-23), FP offset (bits 24-39) and CFA offset
     /// (bits 40-63, signed).
     w: u64,
 }
@@ -109,6 +112,7 @@ impl Hot {
                 | (r.cfa_fp as u64) << 4
                 | (r.mangled_ra as u64) << 5
                 | fp_saved << 6
+                | (r.cfi as u64) << 7
                 | (r.ra_off as u16 as u64) << 8
                 | (fp_off as u16 as u64) << 24
                 | (r.cfa_off as u64) << 40,
@@ -140,6 +144,7 @@ impl Hot {
             ra_off: self.ra_off() as i16,
             fp_off: self.fp_off().map(|o| o as i16),
             mangled_ra: self.mangled_ra(),
+            cfi: self.cfi(),
         }
     }
 
@@ -151,8 +156,8 @@ impl Hot {
             _ if trampoline => Hot::SLOW,
             Lookup::NoInfo => Hot::NO_INFO,
             Lookup::Compact { .. } => Hot::SLOW,
-            Lookup::SFrame(row) if row.signal_frame => Hot::SLOW,
-            Lookup::SFrame(row) => {
+            Lookup::SFrame(row) | Lookup::Cfi(row) if row.signal_frame => Hot::SLOW,
+            Lookup::SFrame(row) | Lookup::Cfi(row) => {
                 let (cfa_fp, cfa_off) = match row.cfa {
                     CfaRule::SpPlus(o) => (false, o),
                     CfaRule::FpPlus(o) => (true, o),
@@ -179,6 +184,7 @@ impl Hot {
                     ra_off,
                     fp_off,
                     mangled_ra: row.mangled_ra,
+                    cfi: matches!(lookup, Lookup::Cfi(_)),
                 })
             }
         }
@@ -212,6 +218,22 @@ impl Hot {
     #[inline(always)]
     pub(crate) fn mangled_ra(self) -> bool {
         self.w & 1 << 5 != 0
+    }
+
+    /// For a rule: it came from DWARF CFI.
+    #[inline(always)]
+    pub(crate) fn cfi(self) -> bool {
+        self.w & 1 << 7 != 0
+    }
+
+    /// The method of a frame this answer's rule recovers.
+    #[inline(always)]
+    fn row_method(self) -> Method {
+        if self.cfi() {
+            Method::Cfi
+        } else {
+            Method::SFrame
+        }
     }
 
     /// Packs into one word for a cache.
@@ -394,7 +416,7 @@ fn run_cached<A: Arch, M: MemoryReader, C: CodeMap, const TABLES: bool, const FP
                 caller_method = if link {
                     Method::FramePointer
                 } else {
-                    Method::SFrame
+                    here.row_method()
                 };
             }
             Step::Row => {
@@ -417,7 +439,7 @@ fn run_cached<A: Arch, M: MemoryReader, C: CodeMap, const TABLES: bool, const FP
                 } else {
                     ra
                 };
-                caller_method = Method::SFrame;
+                caller_method = here.row_method();
             }
             Step::Stop => break,
         }
@@ -490,7 +512,7 @@ fn recurse<A: Arch, M: MemoryReader, const TABLES: bool, const FP: bool>(
     let record_method = if link {
         Method::FramePointer
     } else {
-        Method::SFrame
+        here.row_method()
     };
     let mut n = 0;
     while n < out.len() {
@@ -549,6 +571,7 @@ mod tests {
                 ra_off: -8,
                 fp_off: Some(-16),
                 mangled_ra: false,
+                cfi: false,
             }
         );
         assert_eq!(

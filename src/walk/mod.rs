@@ -10,6 +10,9 @@ pub enum Method {
     SFrame,
     /// Recovered with an Apple compact-unwind encoding.
     CompactUnwind,
+    /// Recovered with a row of the module's DWARF call frame information
+    /// (`.eh_frame`), where no SFrame or compact-unwind entry covers the pc.
+    Cfi,
     /// Recovered by following the frame-pointer chain.
     FramePointer,
     /// Recovered by scanning the stack for a plausible return address.
@@ -35,6 +38,7 @@ impl Method {
             Method::Context => "context",
             Method::SFrame => "sframe",
             Method::CompactUnwind => "compact",
+            Method::Cfi => "cfi",
             Method::FramePointer => "fp",
             Method::Scan => "scan",
             Method::SignalFrame => "signal",
@@ -98,6 +102,9 @@ pub enum Lookup {
     NoInfo,
     /// An SFrame row covers the pc.
     SFrame(Row),
+    /// A row of DWARF call frame information (`.eh_frame`) covers the pc,
+    /// in the walker's terms.
+    Cfi(Row),
     /// An Apple compact-unwind entry covers the pc.
     Compact {
         /// The 32-bit compact encoding.
@@ -105,6 +112,18 @@ pub enum Lookup {
         /// Runtime address of the function's first instruction.
         func_start: u64,
     },
+}
+
+impl Lookup {
+    /// The row a table gives, and the method a frame it recovers is found
+    /// by: SFrame and CFI rows are applied alike.
+    pub fn row(&self) -> Option<(Row, Method)> {
+        match *self {
+            Lookup::SFrame(row) => Some((row, Method::SFrame)),
+            Lookup::Cfi(row) => Some((row, Method::Cfi)),
+            _ => None,
+        }
+    }
 }
 
 /// The walker's view of the loaded code: where the unwind rows are and which
@@ -770,13 +789,13 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
         // Trampolines have no row of their own (or a row marked signal);
         // only outside known code is their code worth reading.
         let trampoline = match lookup {
-            Lookup::SFrame(row) if row.signal_frame => known_trampoline(),
+            Lookup::SFrame(row) | Lookup::Cfi(row) if row.signal_frame => known_trampoline(),
             // A return address is looked up one byte early, so a trampoline
             // right after a function with a row finds that function's row:
             // it still counts unless the function ends in a call (a call
             // that never returns leaves the same return address). The
             // cheap test, that the function ends at the pc, comes first.
-            Lookup::SFrame(row) => {
+            Lookup::SFrame(row) | Lookup::Cfi(row) => {
                 !cur.precise
                     && cur.pc.wrapping_sub(row.func_start) >= u64::from(row.func_size)
                     && self.code.is_known_trampoline(cur.pc)
@@ -847,14 +866,19 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
         let scanned = cur.method == Method::Scan;
         if self.opts.use_tables {
             match lookup {
-                Lookup::SFrame(row) => {
+                Lookup::SFrame(row) | Lookup::Cfi(row) => {
+                    let method = if matches!(lookup, Lookup::Cfi(_)) {
+                        Method::Cfi
+                    } else {
+                        Method::SFrame
+                    };
                     if row.ra == RegRule::Undefined {
                         return Err(StopReason::Outermost);
                     }
                     let sp_based = matches!(row.cfa, CfaRule::SpPlus(_));
                     if !sp_exact::<A>(cur.method) && sp_based {
                         if let Some(next) = self.step_sframe_inexact_sp(&row, cur) {
-                            return Ok((next, Method::SFrame, false));
+                            return Ok((next, method, false));
                         }
                     } else {
                         let ra_in_register = row.ra == RegRule::SameValue && ra_in_register_ok;
@@ -863,7 +887,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
                                 return Err(StopReason::ReturnAddressZero)
                             }
                             Ok(next) if self.accept_with(cur, &next, ra_in_register) => {
-                                return Ok((next, Method::SFrame, false))
+                                return Ok((next, method, false))
                             }
                             Err(StepError::Outermost) => return Err(StopReason::Outermost),
                             _ => {}
