@@ -10,8 +10,14 @@
 //! `thread-overflow`, `threads` (8 threads crash at once), `nested` (the
 //! handler itself faults), `sigpipe-segv` (`segv` with `SIGPIPE` at its
 //! default action, for a report into a pipe nobody reads), `gp` (x86_64: a
-//! general-protection fault, which has no fault address); the tests also
-//! use `gap-sp`, `chain` and `sampled-abrt` (see `main` below).
+//! general-protection fault, which has no fault address), `double-free`
+//! (glibc finds a block freed twice and aborts), `memcpy-null` (SIGSEGV
+//! inside glibc's `memcpy`), `qsort-abrt` and `qsort-segv` (a comparator
+//! called by glibc's `qsort` aborts, or writes through null), `thread-segv`
+//! (`segv` on one spawned thread while the main thread joins it); the tests
+//! also use `gap-sp`, `chain` and `sampled-abrt` (see `main` below).
+//! `double-free`, `memcpy-null` and the `qsort` modes put glibc's own frames,
+//! which have DWARF CFI only, on the crashing stack.
 
 #[cfg(target_os = "linux")]
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -95,6 +101,71 @@ pub extern "C" fn rust_callback(x: u64) -> u64 {
 pub extern "C" fn rust_entry(x: u64) -> u64 {
     // SAFETY: the fixture only calls the callback.
     black_box(unsafe { stackmark_fixtures::c_level_1(rust_callback, black_box(x)) }) + 1
+}
+
+/// Frees one heap block twice through libc: glibc detects the double free
+/// and aborts (SIGABRT from inside `free`).
+#[cfg(target_os = "linux")]
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn free_twice(size: usize) -> u64 {
+    // SAFETY: none for the second free: the double free is the point.
+    unsafe {
+        let p = black_box(libc::malloc(black_box(size)));
+        libc::free(black_box(p));
+        libc::free(black_box(p));
+    }
+    black_box(size as u64) + 1
+}
+
+/// Copies `len` bytes to a null destination with libc's `memcpy`: SIGSEGV
+/// inside `memcpy`. The work after the call keeps it from being a tail call.
+#[cfg(target_os = "linux")]
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn copy_to_null(len: usize) -> u64 {
+    let src = black_box([7u8; 64]);
+    let dst = black_box(std::ptr::null_mut::<libc::c_void>());
+    // SAFETY: none: the write to null is the crash the mode exists for.
+    unsafe { libc::memcpy(dst, src.as_ptr().cast(), black_box(len.min(src.len()))) };
+    black_box(src[1] as u64) + 1
+}
+
+/// A `qsort` comparator that aborts on its first call.
+#[cfg(target_os = "linux")]
+#[inline(never)]
+extern "C" fn compare_then_abort(_: *const libc::c_void, _: *const libc::c_void) -> libc::c_int {
+    std::process::abort()
+}
+
+/// A `qsort` comparator that writes through null (in
+/// [`write_through_null`]) on its first call.
+#[cfg(target_os = "linux")]
+#[inline(never)]
+extern "C" fn compare_then_segv(a: *const libc::c_void, _: *const libc::c_void) -> libc::c_int {
+    black_box(write_through_null(black_box(a as u64))) as libc::c_int
+}
+
+/// Sorts a small array with libc's `qsort` and `compare`, which crashes:
+/// glibc's frames then sit between the comparator and this function.
+#[cfg(target_os = "linux")]
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn sort_with(
+    compare: extern "C" fn(*const libc::c_void, *const libc::c_void) -> libc::c_int,
+) -> u64 {
+    let mut values = black_box([5u64, 3, 8, 1, 9, 2, 7, 4]);
+    // SAFETY: `values` holds `values.len()` elements of the size given;
+    // `compare` only crashes.
+    unsafe {
+        libc::qsort(
+            values.as_mut_ptr().cast(),
+            values.len(),
+            std::mem::size_of::<u64>(),
+            Some(compare),
+        )
+    };
+    black_box(values[0]) + 1
 }
 
 #[cfg(target_os = "linux")]
@@ -299,6 +370,28 @@ fn main() {
                 let _ = t.join();
             }
         }
+        "double-free" => {
+            black_box(free_twice(black_box(64)));
+        }
+        "memcpy-null" => {
+            black_box(copy_to_null(black_box(64)));
+        }
+        "qsort-abrt" => {
+            black_box(sort_with(black_box(compare_then_abort)));
+        }
+        "qsort-segv" => {
+            black_box(sort_with(black_box(compare_then_segv)));
+        }
+        "thread-segv" => {
+            // One spawned thread crashes (`segv`'s chain); the main thread
+            // waits in `join`.
+            std::thread::Builder::new()
+                .name("crasher".into())
+                .spawn(|| black_box(rust_entry(3)))
+                .unwrap()
+                .join()
+                .unwrap();
+        }
         "sampled-abrt" => {
             // A thread being sampled at 5 kHz aborts: the profiler's signals
             // must not land on top of the crash handler and overflow the
@@ -323,7 +416,8 @@ fn main() {
             eprintln!(
                 "crash: unknown mode {other}; modes: segv bus ill fpe abrt trap overflow \
                  thread-overflow threads nested sigpipe-segv gp wild-call gap-sp chain \
-                 sampled-abrt stdout-then-default"
+                 sampled-abrt stdout-then-default double-free memcpy-null qsort-abrt \
+                 qsort-segv thread-segv"
             );
             std::process::exit(2);
         }

@@ -26,8 +26,10 @@ run_tests() { timeout --kill-after=30 1200 cargo test "$@" 2>&1 | tee -a "$LOG";
 
 # --- 1. Tools -----------------------------------------------------------------
 # Debian packages.
+# libstdc++6 and libstdc++6-arm64-cross: tests/cfi_conformance.rs reads
+# their .eh_frame (the cross one otherwise comes only as a dependency).
 PACKAGES=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user llvm-16 llvm-19 clang-16 lld-16
-  libunwind-dev binutils)
+  libunwind-dev binutils gdb libstdc++6 libstdc++6-arm64-cross)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
