@@ -9,10 +9,9 @@
 //! code reads a section in place, a copy, or hostile bytes.
 //!
 //! A row keeps the rules a walk needs: the CFA, the return address and the
-//! frame pointer. [`Cfi::unwind_row`] turns it into the walker's
-//! [`Row`](crate::formats::sframe::Row), or says why it cannot
-//! ([`Inexpressible`]): DWARF expressions, signal frames and rules the
-//! walker has no form for.
+//! frame pointer. [`Cfi::unwind_row`] turns it into the walker's [`Row`],
+//! or says why it cannot ([`Inexpressible`]): DWARF expressions, signal
+//! frames and rules the walker has no form for.
 //!
 //! ```
 //! use stackmark::formats::cfi::{Cfi, Registers};
@@ -22,7 +21,7 @@
 //! let eh_frame = [
 //!     0x14, 0, 0, 0, 0, 0, 0, 0, 1, b'z', b'R', 0, 1, 0x78, 0x10, 1, 0x1b, 0x0c, 7, 8,
 //!     0x90, 1, 0, 0, // CIE
-//!     0x14, 0, 0, 0, 0x1c, 0, 0, 0, 0xc8, 0x0f, 0, 0, 0x10, 0, 0, 0, 0, 0x41, 0x0e, 0x10,
+//!     0x14, 0, 0, 0, 0x1c, 0, 0, 0, 0xe0, 0xef, 0xff, 0xff, 0x10, 0, 0, 0, 0, 0x41, 0x0e, 0x10,
 //!     0x86, 2, 0, 0, // FDE
 //!     0, 0, 0, 0,
 //! ];
