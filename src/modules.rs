@@ -640,9 +640,12 @@ impl Table {
                     .ok()
                     .and_then(|off| info.lookup(off));
                 match entry {
-                    Some(e) => Lookup::Compact {
-                        encoding: e.encoding,
-                        func_start: base.wrapping_add(u64::from(e.func_start)),
+                    Some(e) => match dwarf_mode_fde(m, e.encoding) {
+                        Some(fde) => cfi_lookup_in(m, fde, pc),
+                        None => Lookup::Compact {
+                            encoding: e.encoding,
+                            func_start: base.wrapping_add(u64::from(e.func_start)),
+                        },
                     },
                     None => cfi_lookup(m, pc),
                 }
@@ -700,6 +703,44 @@ impl CfiFallback {
     }
 }
 
+/// The `__eh_frame` offset of the FDE that a compact-unwind `encoding` in
+/// DWARF mode names (x86_64 mode 4, arm64 mode 3, by the architecture of
+/// `m`'s CFI), if `m` has CFI.
+fn dwarf_mode_fde(m: &Module, encoding: u32) -> Option<usize> {
+    let regs = m.cfi.as_ref()?.registers();
+    let dwarf_mode = if regs == crate::formats::cfi::Registers::AARCH64 {
+        3
+    } else {
+        4
+    };
+    (encoding >> 24 & 0xf == dwarf_mode).then_some((encoding & 0x00ff_ffff) as usize)
+}
+
+/// The CFI row at `pc` from the FDE at `fde` in `m`'s `__eh_frame`, as a
+/// compact entry in DWARF mode names it; [`Lookup::NoInfo`] where it gives
+/// none (counted as [`cfi_lookup`] counts).
+#[inline(never)]
+fn cfi_lookup_in(m: &Module, fde: usize, pc: u64) -> Lookup {
+    let Some(cfi) = &m.cfi else {
+        return Lookup::NoInfo;
+    };
+    cfi_answer(cfi.unwind_row_in_fde(fde, pc))
+}
+
+/// The lookup a CFI answer makes, counting the rows the walker cannot take.
+fn cfi_answer(
+    found: Result<Option<crate::formats::sframe::Row>, crate::formats::cfi::Inexpressible>,
+) -> Lookup {
+    match found {
+        Ok(Some(row)) => Lookup::Cfi(row),
+        Ok(None) => Lookup::NoInfo,
+        Err(e) => {
+            CFI_FALLBACKS[CfiFallback::of(&e) as usize].fetch_add(1, Relaxed);
+            Lookup::NoInfo
+        }
+    }
+}
+
 /// The CFI row at `pc` in `m`, or [`Lookup::NoInfo`] (counted when an FDE
 /// covers the pc but its rule cannot be taken). Out of line: running a CFA
 /// program takes a frame of its own, which the walk's callers need not
@@ -709,14 +750,7 @@ fn cfi_lookup(m: &Module, pc: u64) -> Lookup {
     let Some(cfi) = &m.cfi else {
         return Lookup::NoInfo;
     };
-    match cfi.unwind_row(pc) {
-        Ok(Some(row)) => Lookup::Cfi(row),
-        Ok(None) => Lookup::NoInfo,
-        Err(e) => {
-            CFI_FALLBACKS[CfiFallback::of(&e) as usize].fetch_add(1, Relaxed);
-            Lookup::NoInfo
-        }
-    }
+    cfi_answer(cfi.unwind_row(pc))
 }
 
 /// How far from the program's entry point a lookup pc lies in glibc's

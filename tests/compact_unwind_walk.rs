@@ -282,3 +282,145 @@ fn arm64_an_epilogue_that_loads_the_frame_record_is_run_to_its_ret() {
     let got = first_two::<Aarch64>(a64_at(0x640, SP, SP + 0x10, 0x5a0), &st, FP_ARM64);
     assert_eq!(got, [(0x640, SP), (0x688, SP + 0x20)]);
 }
+
+/// A module table holding one fixture as macOS discovery builds it: its
+/// `__unwind_info` and its `__eh_frame` (no index), at `BASE`.
+fn table_of(
+    name: &str,
+    regs: stackmark::formats::cfi::Registers,
+) -> Box<stackmark::modules::Table> {
+    use stackmark::formats::cfi::Cfi;
+    use stackmark::modules::{Module, Segment, Table};
+    let image = Image::open(name);
+    let data: &'static [u8] = Box::leak(image.data.into_boxed_slice());
+    let file = object::File::parse(data).unwrap();
+    let (off, len) = image.unwind;
+    let info = UnwindInfo::parse(&data[off..off + len]).unwrap();
+    let eh = file
+        .section_by_name("__eh_frame")
+        .expect("the fixture has __eh_frame");
+    let (eh_off, eh_len) = eh.file_range().unwrap();
+    let eh_bytes = &data[eh_off as usize..(eh_off + eh_len) as usize];
+    let mut m = Module::EMPTY;
+    m.set_name(name.as_bytes());
+    m.push_segment(Segment {
+        start: image.text.0,
+        size: image.text.1 - image.text.0,
+        vaddr: image.text.0 - BASE,
+        flags: stackmark::formats::elf::PF_R | stackmark::formats::elf::PF_X,
+    });
+    m.set_compact(Some((info, BASE)));
+    m.set_cfi(Some(Cfi::without_index(
+        eh_bytes,
+        BASE + eh.address(),
+        regs,
+    )));
+    let mut t = Box::new(Table::EMPTY);
+    assert!(t.push(m));
+    t.finish(1);
+    t
+}
+
+/// The compact entries of a fixture in DWARF mode (x86_64 mode 4, arm64
+/// mode 3): each function's start and end, as llvm-objdump lists them.
+fn dwarf_mode_functions(name: &str, mode: u32) -> Vec<(u64, u64)> {
+    let image = Image::open(name);
+    let (off, len) = image.unwind;
+    let info = UnwindInfo::parse(&image.data[off..off + len]).unwrap();
+    let mut starts = Vec::new();
+    let mut pc = image.text.0;
+    while pc < image.text.1 {
+        let e = info.lookup((pc - BASE) as u32).unwrap();
+        let start = BASE + u64::from(e.func_start);
+        if e.encoding >> 24 & 0xf == mode && !starts.iter().any(|&(s, _)| s == start) {
+            starts.push((start, 0));
+        }
+        pc += 1;
+    }
+    // Each function ends where the next entry starts (or the text does).
+    for f in &mut starts {
+        let mut end = f.0 + 1;
+        while end < image.text.1
+            && BASE + u64::from(info.lookup((end - BASE) as u32).unwrap().func_start) == f.0
+        {
+            end += 1;
+        }
+        f.1 = end;
+    }
+    starts
+}
+
+/// Compact entries in DWARF mode name an FDE of `__eh_frame`: the table
+/// answers with that FDE's row (a CFI row), the row gimli computes from the
+/// same bytes, at every instruction boundary gimli gives a row for.
+#[test]
+fn dwarf_mode_entries_are_stepped_with_the_fde_they_name() {
+    use gimli::{BaseAddresses, EhFrame, LittleEndian, UnwindContext, UnwindSection};
+    use stackmark::formats::cfi::Registers;
+    use stackmark::formats::sframe::{CfaRule, RegRule};
+    let cases = [
+        ("encodings-nofp-x86_64.dylib", 4, Registers::X86_64, 16u16),
+        ("encodings-nofp-arm64.dylib", 3, Registers::AARCH64, 30),
+    ];
+    for (name, mode, regs, ra_col) in cases {
+        let functions = dwarf_mode_functions(name, mode);
+        assert!(!functions.is_empty(), "{name}: some entry is in DWARF mode");
+        let table = table_of(name, regs);
+        let image = Image::open(name);
+        let file = object::File::parse(&*image.data).unwrap();
+        let sect = file.section_by_name("__eh_frame").unwrap();
+        let eh = EhFrame::new(sect.data().unwrap(), LittleEndian);
+        let bases = BaseAddresses::default().set_eh_frame(BASE + sect.address());
+        let mut ctx = UnwindContext::new();
+        let mut checked = 0;
+        for &(start, end) in &functions {
+            let fde = eh
+                .fde_for_address(&bases, start, EhFrame::cie_from_offset)
+                .unwrap_or_else(|e| panic!("{name}: gimli finds no FDE at {start:#x}: {e}"));
+            let mut rows = fde.rows(&eh, &bases, &mut ctx).unwrap();
+            while let Some(row) = rows.next_row().unwrap() {
+                let pc = row.start_address();
+                if pc >= end {
+                    break;
+                }
+                let Lookup::Cfi(got) = table.lookup_uncached(pc) else {
+                    panic!(
+                        "{name}: {pc:#x} has no CFI row: {:?}",
+                        table.lookup_uncached(pc)
+                    );
+                };
+                assert_eq!(
+                    (got.func_start, got.row_start),
+                    (start, pc),
+                    "{name} {pc:#x}"
+                );
+                let want_cfa = match row.cfa() {
+                    gimli::CfaRule::RegisterAndOffset { register, offset } => {
+                        let offset = *offset as i32;
+                        match register.0 {
+                            r if r == regs.sp => CfaRule::SpPlus(offset),
+                            r if r == regs.fp => CfaRule::FpPlus(offset),
+                            reg => CfaRule::RegPlus { reg, offset },
+                        }
+                    }
+                    other => panic!("{name} {pc:#x}: {other:?}"),
+                };
+                assert_eq!(got.cfa, want_cfa, "{name} {pc:#x}");
+                let want_ra = match row.register(gimli::Register(ra_col)) {
+                    gimli::RegisterRule::Offset(o) => RegRule::AtCfa(o as i32),
+                    gimli::RegisterRule::Undefined | gimli::RegisterRule::SameValue => {
+                        RegRule::SameValue
+                    }
+                    other => panic!("{name} {pc:#x}: {other:?}"),
+                };
+                assert_eq!(got.ra, want_ra, "{name} {pc:#x}");
+                checked += 1;
+            }
+        }
+        assert!(checked >= functions.len(), "{name}: {checked} rows");
+        eprintln!(
+            "{name}: {} DWARF-mode functions, {checked} rows",
+            functions.len()
+        );
+    }
+}

@@ -32,6 +32,7 @@ use core::ffi::{c_char, c_int, c_void, CStr};
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 
 use super::header_set::HeaderSet;
+use crate::formats::cfi::{Cfi, Registers};
 use crate::formats::compact_unwind::UnwindInfo;
 use crate::formats::macho::{self, MachO};
 use crate::modules::{self, Module, RefreshError, Table, MAX_MODULES};
@@ -164,6 +165,12 @@ fn release_copy((ptr, size): (usize, usize)) {
     }
 }
 
+/// The DWARF numbers of this architecture's stack and frame pointers.
+#[cfg(target_arch = "aarch64")]
+const CFI_REGISTERS: Registers = Registers::AARCH64;
+#[cfg(not(target_arch = "aarch64"))]
+const CFI_REGISTERS: Registers = Registers::X86_64;
+
 /// The module for the image whose `mach_header` is at `mh`, or `None` if
 /// its header cannot be read (it was unloaded meanwhile). Reuses `old`'s
 /// copy of its `__unwind_info` when `old` holds the same image. The slide
@@ -196,7 +203,11 @@ fn image_module(mh: u64, name: &[u8], old: &Table) -> Option<Module> {
     if let Some(o) = reused {
         m.compact = o.compact;
         m.sframe_copy = o.sframe_copy;
-    } else if let Some(sect) = image.section(b"__TEXT", b"__unwind_info") {
+        m.cfi = o.cfi;
+        m.cfi_copy = o.cfi_copy;
+        return Some(m);
+    }
+    if let Some(sect) = image.section(b"__TEXT", b"__unwind_info") {
         if let Some((bytes, copy)) = copy_out(slide.wrapping_add(sect.addr), sect.size) {
             match UnwindInfo::parse(bytes) {
                 Ok(info) => {
@@ -205,6 +216,15 @@ fn image_module(mh: u64, name: &[u8], old: &Table) -> Option<Module> {
                 }
                 Err(_) => release_copy(copy),
             }
+        }
+    }
+    // The DWARF CFI that compact entries in DWARF mode name by offset
+    // (`__eh_frame` has no index on macOS).
+    if let Some(sect) = image.section(b"__TEXT", b"__eh_frame") {
+        let addr = slide.wrapping_add(sect.addr);
+        if let Some((bytes, copy)) = copy_out(addr, sect.size) {
+            m.cfi = Some(Cfi::without_index(bytes, addr, CFI_REGISTERS));
+            m.cfi_copy = copy;
         }
     }
     Some(m)

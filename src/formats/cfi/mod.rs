@@ -331,10 +331,31 @@ impl<'a> Cfi<'a> {
     /// `Err` where one does but its rule is one the walker cannot take
     /// (or the data is malformed).
     pub fn unwind_row(&self, pc: u64) -> Result<Option<Row>, Inexpressible> {
-        match self.find_row(pc) {
-            Ok(Some((fde, cie, row))) => row::to_row(&row, &fde, &cie, self.regs).map(Some),
-            Ok(None) => Ok(None),
-            Err(e) => Err(Inexpressible::Malformed(e)),
+        self.walker_row(self.find_fde(pc), pc)
+    }
+
+    /// As [`Cfi::unwind_row`], with the FDE at `offset` in `.eh_frame`
+    /// (an Apple compact-unwind entry in DWARF mode names it): `Ok(None)`
+    /// where that FDE does not cover `pc`.
+    pub fn unwind_row_in_fde(&self, offset: usize, pc: u64) -> Result<Option<Row>, Inexpressible> {
+        let found = Fde::parse(self.eh_frame, offset, &self.bases())
+            .map(|(fde, cie)| fde.contains(pc).then_some((fde, cie)));
+        self.walker_row(found, pc)
+    }
+
+    fn walker_row(
+        &self,
+        found: Result<Option<(Fde, Cie)>, Error>,
+        pc: u64,
+    ) -> Result<Option<Row>, Inexpressible> {
+        let malformed = Inexpressible::Malformed;
+        let Some((fde, cie)) = found.map_err(malformed)? else {
+            return Ok(None);
+        };
+        let row = row_at(self.eh_frame, &cie, &fde, self.regs.fp, &self.bases(), pc);
+        match row.map_err(malformed)? {
+            Some(row) => row::to_row(&row, &fde, &cie, self.regs).map(Some),
+            None => Ok(None),
         }
     }
 }
