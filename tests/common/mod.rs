@@ -319,3 +319,81 @@ pub fn in_child_printing(name: &str, env: (&str, &str), marker: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The return addresses libgcc's `_Unwind_Backtrace` finds (through the
+/// `backtrace` crate), innermost first: the crate's own frames, then this
+/// function's caller and on to the outermost frame. An `_Unwind_GetIP` of 0
+/// (the context past a frame whose CFI leaves the return address
+/// undefined) ends the list and is not kept.
+#[inline(never)]
+pub fn libgcc_trace() -> Vec<u64> {
+    let mut ips = Vec::with_capacity(64);
+    backtrace::trace(|f| {
+        let ip = f.ip() as u64;
+        if ip != 0 {
+            ips.push(ip);
+        }
+        ip != 0 && ips.len() < 512
+    });
+    ips
+}
+
+/// Whether the DWARF CFI of the module holding `pc` (its `.eh_frame`, read
+/// from the file by gimli, independent of the walker) leaves the return
+/// address undefined at `pc`, the mark of a thread's outermost frame
+/// (`_start`, glibc's `clone3`). `None` where no FDE covers `pc` or the
+/// file cannot be read.
+pub fn cfi_leaves_ra_undefined(pc: u64) -> Option<bool> {
+    use gimli::{BaseAddresses, EhFrame, LittleEndian, RegisterRule, UnwindContext, UnwindSection};
+    use object::ObjectSection;
+    let table = stackmark::modules::current()?;
+    let m = table.module_for_addr(pc)?;
+    let data = std::fs::read(String::from_utf8_lossy(m.name()).as_ref()).ok()?;
+    let rel = pc.wrapping_sub(m.bias);
+    let file = object::File::parse(&*data).ok()?;
+    let eh = file.section_by_name(".eh_frame")?;
+    let addr = |name: &str| file.section_by_name(name).map_or(0, |s| s.address());
+    let bases = BaseAddresses::default()
+        .set_eh_frame(eh.address())
+        .set_eh_frame_hdr(addr(".eh_frame_hdr"))
+        .set_text(addr(".text"))
+        .set_got(addr(".got"));
+    let mut section = EhFrame::new(eh.data().ok()?, LittleEndian);
+    section.set_address_size(8);
+    let ra = if cfg!(target_arch = "aarch64") {
+        section.set_vendor(gimli::Vendor::AArch64);
+        gimli::AArch64::X30
+    } else {
+        gimli::X86_64::RA
+    };
+    let mut ctx = UnwindContext::new();
+    let row = section
+        .unwind_info_for_address(&bases, &mut ctx, rel, EhFrame::cie_from_offset)
+        .ok()?;
+    Some(matches!(row.register(ra), RegisterRule::Undefined))
+}
+
+/// `module+0xoffset` for `pc`, from the live module table (for messages).
+pub fn module_offset(pc: u64) -> String {
+    let Some(table) = stackmark::modules::current() else {
+        return format!("{pc:#x}");
+    };
+    match table.module_for_addr(pc) {
+        Some(m) => {
+            let name = String::from_utf8_lossy(m.name()).into_owned();
+            let base = name.rsplit('/').next().unwrap_or(&name).to_string();
+            format!("{base}+{:#x}", pc.wrapping_sub(m.bias))
+        }
+        None => format!("{pc:#x}"),
+    }
+}
+
+/// Whether `pc` lies in the C library (`libc.so.6`).
+pub fn in_libc(pc: u64) -> bool {
+    stackmark::modules::current()
+        .and_then(|t| {
+            t.module_for_addr(pc)
+                .map(|m| m.name().ends_with(b"/libc.so.6"))
+        })
+        .unwrap_or(false)
+}
