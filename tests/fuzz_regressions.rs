@@ -44,3 +44,9 @@ fn saved_unwind_info_inputs_parse_without_panics() {
         "seeds are saved in tests/data/fuzz/unwind_info_parse"
     );
 }
+
+#[test]
+fn saved_cfi_inputs_parse_without_panics() {
+    let n = replay("cfi", fuzz_support::cfi_parse);
+    assert!(n > 0, "seeds are saved in tests/data/fuzz/cfi");
+}

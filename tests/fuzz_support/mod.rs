@@ -410,3 +410,215 @@ pub fn unwind_info_parse(data: &[u8]) {
         let _ = info.lookup(u32::from_le_bytes(w.try_into().unwrap()));
     }
 }
+
+/// Where the `cfi` target's input puts what: a flags byte (bit 0: AArch64
+/// register numbers), the `.eh_frame_hdr` address (u64), the header's
+/// length (u32, cut to what follows), the header, then `.eh_frame` (at the
+/// address the header names, or right after the header without one).
+/// The saved seeds (tests/data/fuzz/cfi) are real sections laid out so:
+/// ld.so's and libgcc_s's for x86_64 and AArch64, and those of two small
+/// gcc programs (x86_64; AArch64 with key B signed return addresses).
+const CFI_HEAD: usize = 13;
+
+/// The `.eh_frame` / `.eh_frame_hdr` reader on arbitrary bytes: nothing
+/// panics; every row handed out lies in its FDE, the rows of an FDE run
+/// from its start in order without gaps or overlaps; a row found for a pc
+/// holds the pc, is the row the FDE's rows give there, and is what the
+/// walker's row says (or the reason it gives none); the index and a linear
+/// search give the same row where they find the same FDE. Lookups are
+/// sampled (a linear search reads every record) to keep an input fast.
+#[allow(dead_code)]
+pub fn cfi_parse(data: &[u8]) {
+    use stackmark::formats::cfi::{extent, Cfi, Fde, Registers};
+    if data.len() < CFI_HEAD {
+        return;
+    }
+    let regs = if data[0] & 1 == 0 {
+        Registers::X86_64
+    } else {
+        Registers::AARCH64
+    };
+    let hdr_addr = u64::from_le_bytes(data[1..9].try_into().unwrap());
+    let hdr_len = u32::from_le_bytes(data[9..13].try_into().unwrap()) as usize;
+    let rest = &data[CFI_HEAD..];
+    let (hdr, eh_frame) = rest.split_at(hdr_len.min(rest.len()));
+    assert!(extent(eh_frame) <= eh_frame.len());
+    let indexed = Cfi::new(hdr, hdr_addr, eh_frame, regs).ok();
+    let eh_addr = indexed.map_or(hdr_addr.wrapping_add(hdr.len() as u64), |c| {
+        c.eh_frame_addr()
+    });
+    let linear = Cfi::without_index(eh_frame, eh_addr, regs);
+    // The index where there is one, else the linear search, which reads
+    // every record on each lookup: fewer lookups then.
+    let first = indexed.unwrap_or(linear);
+    let (fdes, lookups) = if indexed.is_some() {
+        (32, 256)
+    } else {
+        (12, 64)
+    };
+
+    let mut pcs: Vec<u64> = data
+        .chunks_exact(8)
+        .take(16)
+        .map(|w| u64::from_le_bytes(w.try_into().unwrap()))
+        .collect();
+    // FDEs as a linear search reads them and as the index names them.
+    let bases = linear.bases();
+    let mut offsets = sample(cfi_records(eh_frame), fdes);
+    if let Some(index) = indexed.as_ref().and_then(|c| c.index()) {
+        assert!(index.entry(index.len()).is_none());
+        let step = (index.len() / fdes).max(1);
+        for i in (0..index.len()).step_by(step) {
+            let (loc, fde_addr) = index.entry(i).expect("an entry below len");
+            pcs.push(loc);
+            // The entry found starts at or below the pc, sorted table or not.
+            if let Some((found, _)) = index.search(loc) {
+                assert!(index.entry(found).is_some_and(|e| e.0 <= loc), "{found}");
+            }
+            if let Ok(off) = usize::try_from(fde_addr.wrapping_sub(eh_addr)) {
+                offsets.push(off);
+            }
+        }
+    }
+    offsets.sort_unstable();
+    offsets.dedup();
+    for &off in &offsets {
+        let Ok((fde, cie)) = Fde::parse(eh_frame, off, &bases) else {
+            continue;
+        };
+        let end = fde.pc_begin + fde.pc_range;
+        let mut here = vec![
+            fde.pc_begin.wrapping_sub(1),
+            fde.pc_begin,
+            fde.pc_begin + fde.pc_range / 2,
+            end.wrapping_sub(1),
+            end,
+        ];
+        let rows = cfi_rows(eh_frame, &cie, &fde, regs.fp, &bases);
+        for r in sample(rows.clone(), 2).iter().chain(rows.last()) {
+            here.extend([r.start, r.end - 1]);
+        }
+        // A row found in this FDE is the FDE's row there.
+        for &pc in &here {
+            if let Ok(Some((f, _, row))) = first.find_row(pc) {
+                if f == fde {
+                    if let Some(r) = rows.iter().find(|r| r.start <= pc && pc < r.end) {
+                        assert_eq!(&row, r, "at {pc:#x}");
+                    }
+                }
+            }
+        }
+        pcs.extend(here);
+    }
+    for &pc in pcs.iter().take(lookups) {
+        cfi_probe(&first, pc);
+    }
+    if indexed.is_some() {
+        for pc in sample(pcs, 32) {
+            if let (Some((f1, r1)), Some((f2, r2))) =
+                (cfi_probe(&first, pc), cfi_probe(&linear, pc))
+            {
+                if f1 == f2 {
+                    assert_eq!(r1, r2, "the index and a linear search at {pc:#x}");
+                }
+            }
+        }
+    }
+}
+
+/// At most `n` of `v`, evenly spread.
+fn sample<T>(v: Vec<T>, n: usize) -> Vec<T> {
+    let step = (v.len() / n).max(1);
+    v.into_iter().step_by(step).take(n).collect()
+}
+
+/// Offsets of the first records of `.eh_frame`, up to its terminator.
+fn cfi_records(data: &[u8]) -> Vec<usize> {
+    let word = |at: usize, n: usize| -> Option<u64> {
+        let b = data.get(at..at.checked_add(n)?)?;
+        Some(b.iter().rev().fold(0, |v, &x| v << 8 | u64::from(x)))
+    };
+    let mut out = Vec::new();
+    let mut at = 0;
+    while out.len() < 4096 {
+        let Some(len) = word(at, 4) else { break };
+        let (len, body) = match len {
+            0 => break,
+            0xffff_ffff => match word(at + 4, 8) {
+                Some(l) => (l, at + 12),
+                None => break,
+            },
+            l => (l, at + 4),
+        };
+        out.push(at);
+        match usize::try_from(len).ok().and_then(|l| body.checked_add(l)) {
+            Some(next) if next <= data.len() => at = next,
+            _ => break,
+        }
+    }
+    out
+}
+
+/// The rows `for_each_row` hands out for `fde` (those before an error
+/// too), which must run in order from the FDE's start, each inside it,
+/// none empty, without gaps.
+fn cfi_rows(
+    data: &[u8],
+    cie: &stackmark::formats::cfi::Cie,
+    fde: &stackmark::formats::cfi::Fde,
+    fp: u16,
+    bases: &stackmark::formats::cfi::pointer::Bases,
+) -> Vec<stackmark::formats::cfi::CfiRow> {
+    let mut rows: Vec<stackmark::formats::cfi::CfiRow> = Vec::new();
+    let end = fde.pc_begin + fde.pc_range;
+    let _ = stackmark::formats::cfi::for_each_row(data, cie, fde, fp, bases, |r| {
+        let from = rows.last().map_or(fde.pc_begin, |p| p.end);
+        assert_eq!(r.start, from, "{r:?} after {:?}", rows.last());
+        assert!(r.start < r.end && r.end <= end, "{r:?} in {fde:?}");
+        rows.push(*r);
+        rows.len() < 1 << 16
+    });
+    rows
+}
+
+/// Looks `pc` up in `cfi`: a row found holds it and lies in its FDE, and
+/// the walker's row agrees with it.
+fn cfi_probe(
+    cfi: &stackmark::formats::cfi::Cfi<'_>,
+    pc: u64,
+) -> Option<(
+    stackmark::formats::cfi::Fde,
+    stackmark::formats::cfi::CfiRow,
+)> {
+    use stackmark::formats::cfi::Inexpressible;
+    let walker = cfi.unwind_row(pc);
+    match cfi.find_row(pc) {
+        Ok(None) => {
+            assert_eq!(walker, Ok(None), "at {pc:#x}");
+            None
+        }
+        Err(e) => {
+            assert_eq!(walker, Err(Inexpressible::Malformed(e)), "at {pc:#x}");
+            None
+        }
+        Ok(Some((fde, cie, row))) => {
+            assert!(fde.contains(pc), "{fde:?} at {pc:#x}");
+            assert!(row.start <= pc && pc < row.end, "{row:?} at {pc:#x}");
+            assert!(fde.pc_begin <= row.start && row.end - fde.pc_begin <= fde.pc_range);
+            assert_eq!(fde.cie_offset, cie.offset);
+            match walker {
+                Ok(Some(w)) => {
+                    assert_eq!((w.func_start, w.row_start), (fde.pc_begin, row.start));
+                    assert_eq!(u64::from(w.func_size), fde.pc_range);
+                    assert_eq!(w.mangled_ra, row.ra_signed);
+                    assert!(!w.signal_frame && !cie.signal_frame);
+                }
+                Ok(None) | Err(Inexpressible::Malformed(_)) => {
+                    panic!("{walker:?} for {row:?} at {pc:#x}")
+                }
+                Err(_) => {}
+            }
+            Some((fde, row))
+        }
+    }
+}

@@ -32,10 +32,10 @@ pub(crate) fn record(data: &[u8], offset: usize) -> Result<Option<Record>, Error
     if len32 == 0 {
         return Ok(None);
     }
-    let (len, id_size) = if len32 == 0xffff_ffff {
-        (c.u64().ok_or(truncated)?, 8)
+    let len = if len32 == 0xffff_ffff {
+        c.u64().ok_or(truncated)?
     } else {
-        (u64::from(len32), 4)
+        u64::from(len32)
     };
     let id_at = c.pos();
     let end = usize::try_from(len)
@@ -43,14 +43,12 @@ pub(crate) fn record(data: &[u8], offset: usize) -> Result<Option<Record>, Error
         .and_then(|l| id_at.checked_add(l))
         .filter(|&e| e <= data.len())
         .ok_or(truncated)?;
-    if len < id_size {
+    if len < 4 {
         return Err(truncated);
     }
-    let id = if id_size == 8 {
-        c.u64().ok_or(truncated)?
-    } else {
-        u64::from(c.u32().ok_or(truncated)?)
-    };
+    // In `.eh_frame` the CIE id and pointer take 4 bytes even after a
+    // 64-bit length (LSB; as libgcc, LLVM's libunwind and gimli read it).
+    let id = u64::from(c.u32().ok_or(truncated)?);
     Ok(Some(Record {
         offset,
         id_at,

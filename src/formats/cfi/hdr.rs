@@ -22,9 +22,10 @@ pub struct EhFrameHdr<'a> {
 
 impl<'a> EhFrameHdr<'a> {
     /// Parses the header of `data`, whose first byte is at runtime address
-    /// `addr`. A table whose encoding has no fixed size cannot be searched
-    /// and is ignored ([`EhFrameHdr::has_table`]); one that runs past the
-    /// data is an error.
+    /// `addr`. A table whose encoding has no fixed size, or counts from a
+    /// base the header does not have (`textrel`, `funcrel`), cannot be
+    /// searched and is ignored ([`EhFrameHdr::has_table`]); one that runs
+    /// past the data is an error.
     pub fn parse(data: &'a [u8], addr: u64) -> Result<EhFrameHdr<'a>, Error> {
         let mut c = Cursor::new(data);
         let truncated = Error::Truncated {
@@ -63,9 +64,15 @@ impl<'a> EhFrameHdr<'a> {
             return Ok(hdr);
         }
         let count = pointer::read(&mut c, count_enc, &bases, ".eh_frame_hdr")?;
+        // Entries must read alike at any index: a fixed size, nothing to
+        // follow, and a base the header has (not the text's or a
+        // function's, which `entry` could never apply).
         let searchable = pointer::is_known(table_encoding)
             && table_encoding & pointer::DW_EH_PE_INDIRECT == 0
-            && table_encoding & 0x70 != pointer::DW_EH_PE_ALIGNED;
+            && matches!(
+                table_encoding & 0x70,
+                0 | pointer::DW_EH_PE_PCREL | pointer::DW_EH_PE_DATAREL
+            );
         let Some(size) = pointer::fixed_size(table_encoding).filter(|_| searchable) else {
             return Ok(hdr);
         };

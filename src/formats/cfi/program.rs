@@ -198,10 +198,13 @@ impl Machine<'_> {
         Ok(Flow::Go)
     }
 
+    // A CIE may make the frame pointer its return address column: then
+    // the one rule is both.
     fn set(&mut self, reg: u64, rule: Rule) {
         if reg == u64::from(self.cie.ra_register) {
             self.state.ra = rule;
-        } else if reg == u64::from(self.fp_register) {
+        }
+        if reg == u64::from(self.fp_register) {
             self.state.fp = rule;
         }
     }
@@ -209,7 +212,8 @@ impl Machine<'_> {
     fn restore(&mut self, reg: u64) {
         if reg == u64::from(self.cie.ra_register) {
             self.state.ra = self.initial.ra;
-        } else if reg == u64::from(self.fp_register) {
+        }
+        if reg == u64::from(self.fp_register) {
             self.state.fp = self.initial.fp;
         }
     }

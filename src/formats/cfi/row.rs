@@ -11,13 +11,27 @@ pub struct Registers {
     pub sp: u16,
     /// The frame pointer.
     pub fp: u16,
+    /// The return address column a walk's "return address unchanged"
+    /// ([`RegRule::SameValue`]) stands for: the link register where there is
+    /// one. A CIE may name another column (glibc's AArch64 `rawmemchr`
+    /// keeps its return address in `x15`); a row that leaves that column
+    /// unchanged gives the return address as that register's value.
+    pub ra: u16,
 }
 
 impl Registers {
-    /// x86_64: `rsp` is 7, `rbp` 6 (the return address column is 16).
-    pub const X86_64: Registers = Registers { sp: 7, fp: 6 };
-    /// AArch64: `sp` is 31, `x29` 29 (the return address column is `x30`).
-    pub const AARCH64: Registers = Registers { sp: 31, fp: 29 };
+    /// x86_64: `rsp` is 7, `rbp` 6, the return address column 16.
+    pub const X86_64: Registers = Registers {
+        sp: 7,
+        fp: 6,
+        ra: 16,
+    };
+    /// AArch64: `sp` is 31, `x29` 29, the link register `x30` 30.
+    pub const AARCH64: Registers = Registers {
+        sp: 31,
+        fp: 29,
+        ra: 30,
+    };
 }
 
 /// Why a CFI row gives the walker no [`Row`].
@@ -55,8 +69,8 @@ impl Inexpressible {
     }
 }
 
-/// The walker's form of `row`, from `fde` under `cie`, with the stack and
-/// frame pointers numbered as `regs` says.
+/// The walker's form of `row`, from `fde` under `cie`, with the stack
+/// pointer, frame pointer and link register numbered as `regs` says.
 pub(crate) fn to_row(
     row: &CfiRow,
     fde: &Fde,
@@ -81,7 +95,8 @@ pub(crate) fn to_row(
         }
     };
     // An unspecified return address is still where the call left it: in
-    // the link register on AArch64 (x86_64's CIEs always give a rule).
+    // the link register on AArch64 (x86_64's CIEs always give a rule), or
+    // in the register the CIE names as its return address column.
     let rule = |r: Rule, bad: Inexpressible| -> Result<RegRule, Inexpressible> {
         Ok(match r {
             Rule::Unspecified | Rule::SameValue => RegRule::SameValue,
@@ -91,7 +106,13 @@ pub(crate) fn to_row(
             Rule::ValOffset(_) | Rule::Expression | Rule::ValExpression => return Err(bad),
         })
     };
-    let ra = rule(row.ra, Inexpressible::ReturnAddressRule)?;
+    let ra = match row.ra {
+        Rule::Unspecified | Rule::SameValue if cie.ra_register != regs.ra => RegRule::RegPlus {
+            reg: cie.ra_register,
+            offset: 0,
+        },
+        r => rule(r, Inexpressible::ReturnAddressRule)?,
+    };
     let fp = rule(row.fp, Inexpressible::FramePointerRule)?;
     Ok(Row {
         func_start: fde.pc_begin,

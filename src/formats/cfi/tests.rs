@@ -215,6 +215,15 @@ fn an_index_finds_the_fde_a_linear_scan_finds_and_rejects_bad_tables() {
         Cfi::new(&[2, 0, 0, 0], 0, &data, Registers::X86_64),
         Err(Error::BadHeader { version: 2 })
     ));
+    // A table relative to the text or a function, bases the header does
+    // not have, cannot be read: it is ignored and the records searched.
+    for base in [0x20, 0x40] {
+        let mut rel = hdr.clone();
+        rel[3] = base | 0x0b;
+        let cfi = Cfi::new(&rel, 0x1800, &data, Registers::X86_64).unwrap();
+        assert!(cfi.index().is_none(), "{base:#x}");
+        assert_eq!(cfi.find_row(0x1001), linear.find_row(0x1001));
+    }
 }
 
 #[test]
@@ -225,4 +234,72 @@ fn no_prefix_of_a_section_panics_or_loops() {
         let _ = cfi.find_row(0x1004);
         let _ = extent(&data[..n]);
     }
+}
+
+#[test]
+fn a_return_address_column_other_than_the_link_register_names_its_register() {
+    use crate::formats::sframe::RegRule;
+    // `section`'s CIE names its return address column (16) at byte 14;
+    // make it rbx (3), as glibc's AArch64 rawmemchr makes it x15. Its CIE
+    // rule for 16 is then for another register, and the return address,
+    // unchanged, is rbx's value.
+    let mut data = section(&[], &[], &[0x41, 0x08, 3]);
+    assert_eq!(data[14], 0x10);
+    data[14] = 3;
+    let cfi = Cfi::without_index(&data, 0x2000, Registers::X86_64);
+    assert_eq!(cfi.find_row(0x1000).unwrap().unwrap().1.ra_register, 3);
+    let row = cfi.unwrap_or_else_row(0x1000).unwrap();
+    assert_eq!(row.ra, RegRule::RegPlus { reg: 3, offset: 0 });
+    // DW_CFA_same_value says the same.
+    let row = cfi.unwrap_or_else_row(0x1001).unwrap();
+    assert_eq!(row.ra, RegRule::RegPlus { reg: 3, offset: 0 });
+}
+
+#[test]
+fn a_frame_pointer_that_is_the_return_address_column_gets_both_rules() {
+    // Return address column rbp (6); rbp saved at CFA - 16 from +1,
+    // restored at +2.
+    let mut data = section(&[], &[], &[0x41, 0x86, 2, 0x41, 0xc6]);
+    data[14] = 6;
+    let got: Vec<_> = rows(&data)
+        .unwrap()
+        .iter()
+        .map(|r| (r.start, r.ra, r.fp))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (0x1000, Rule::Unspecified, Rule::Unspecified),
+            (0x1001, Rule::Offset(-16), Rule::Offset(-16)),
+            (0x1002, Rule::Unspecified, Rule::Unspecified),
+        ]
+    );
+}
+
+#[test]
+fn records_with_64_bit_lengths_keep_4_byte_cie_pointers() {
+    let cie_body = [
+        1, b'z', b'R', 0, 1, 0x78, 0x10, 1, 0x1b, 0x0c, 7, 8, 0x90, 1,
+    ];
+    let mut data = vec![0xff; 4];
+    data.extend_from_slice(&(4 + cie_body.len() as u64).to_le_bytes());
+    data.extend_from_slice(&[0; 4]);
+    data.extend_from_slice(&cie_body);
+    let fde_at = data.len();
+    let id_at = fde_at + 12;
+    let program = [0x41, 0x0e, 0x10];
+    data.extend_from_slice(&[0xff; 4]);
+    data.extend_from_slice(&(4 + 4 + 4 + 1 + program.len() as u64).to_le_bytes());
+    data.extend_from_slice(&(id_at as u32).to_le_bytes());
+    let field = 0x2000 + id_at as i64 + 4;
+    data.extend_from_slice(&((0x1000 - field) as i32).to_le_bytes());
+    data.extend_from_slice(&0x100u32.to_le_bytes());
+    data.push(0);
+    data.extend_from_slice(&program);
+    data.extend_from_slice(&[0; 4]);
+    assert_eq!(extent(&data), data.len());
+    let cfi = Cfi::without_index(&data, 0x2000, Registers::X86_64);
+    let row = cfi.unwrap_or_else_row(0x1001).unwrap();
+    assert_eq!((row.func_start, row.func_size), (0x1000, 0x100));
+    assert_eq!(row.cfa, crate::formats::sframe::CfaRule::SpPlus(16));
 }
