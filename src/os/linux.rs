@@ -454,13 +454,14 @@ fn cfi_of(
     let size = (eh_at + eh_frame.len()).div_ceil(PAGE as usize) * PAGE as usize;
     // SAFETY: a fresh anonymous mapping of `size` bytes, checked for
     // failure; both copies lie within it, and nothing writes to it once it
-    // is made read-only.
+    // is made read-only. Populated at once: the copy writes every page, and
+    // one call maps them for less than a fault each.
     let (hdr_copy, eh_copy): (&'static [u8], &'static [u8]) = unsafe {
         let p = libc::mmap(
             core::ptr::null_mut(),
             size,
             libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
             -1,
             0,
         );

@@ -124,6 +124,14 @@ impl<'a> EhFrameHdr<'a> {
         if i >= self.count {
             return None;
         }
+        if self.table_encoding == DATAREL_SDATA4 {
+            let e = self.data.get(self.table_at + i * 8..)?.get(..8)?;
+            let at = |k: usize| {
+                let v = i32::from_le_bytes([e[k], e[k + 1], e[k + 2], e[k + 3]]);
+                self.addr.wrapping_add(v as i64 as u64)
+            };
+            return Some((at(0), at(4)));
+        }
         let bases = Bases {
             section: self.addr,
             data: Some(self.addr),
@@ -139,6 +147,9 @@ impl<'a> EhFrameHdr<'a> {
     /// index and FDE address. The table is sorted by its producer; if it
     /// is not, this finds some entry, never reads outside the table.
     pub fn search(&self, pc: u64) -> Option<(usize, u64)> {
+        if self.table_encoding == DATAREL_SDATA4 {
+            return self.search_datarel_sdata4(pc);
+        }
         let (mut lo, mut len) = (0usize, self.count);
         // Invariant: entries before `lo` start at or below `pc`, entries
         // from `lo + len` on start above it.
@@ -155,4 +166,24 @@ impl<'a> EhFrameHdr<'a> {
         let i = lo.checked_sub(1)?;
         Some((i, self.entry(i)?.1))
     }
+
+    /// [`EhFrameHdr::search`] over the table every toolchain writes
+    /// (`datarel | sdata4`: pairs of 32-bit offsets from the header): each
+    /// probe reads one location in place rather than decoding two pointers,
+    /// which was half the cost of a first walk through CFI.
+    fn search_datarel_sdata4(&self, pc: u64) -> Option<(usize, u64)> {
+        let table = self.data.get(self.table_at..)?.get(..self.count * 8)?;
+        let (entries, _) = table.as_chunks::<8>();
+        let at = |half: &[u8]| {
+            let v = i32::from_le_bytes([half[0], half[1], half[2], half[3]]);
+            self.addr.wrapping_add(v as i64 as u64)
+        };
+        let i = entries
+            .partition_point(|e| at(&e[..4]) <= pc)
+            .checked_sub(1)?;
+        Some((i, at(&entries[i][4..])))
+    }
 }
+
+/// The table encoding GNU ld, gold, lld and mold write.
+const DATAREL_SDATA4: u8 = pointer::DW_EH_PE_DATAREL | pointer::DW_EH_PE_SDATA4;

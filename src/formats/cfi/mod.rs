@@ -286,11 +286,38 @@ impl<'a> Cfi<'a> {
                     .ok()
                     .filter(|&o| o < self.eh_frame.len())
                     .ok_or(Error::IndexOutOfBounds { entry })?;
+                // Most pcs an index finds no FDE for lie in code without
+                // CFI after some function with it: tell those without
+                // parsing the CIE.
+                let start = index.entry(entry).map(|(loc, _)| loc);
+                if start.is_some_and(|s| self.surely_outside(offset, s, pc)) {
+                    return Ok(None);
+                }
                 let found = Fde::parse(self.eh_frame, offset, &bases)?;
                 Ok(found.0.contains(pc).then_some(found))
             }
             None => self.scan(pc, &bases),
         }
+    }
+
+    /// Whether the FDE at `offset`, which the index says starts at `start`,
+    /// certainly does not cover `pc`: read as the usual `pcrel | sdata4`
+    /// FDE (a 32-bit record, its start relative to its own field, a 32-bit
+    /// range after it), it starts at `start` and ends at or below `pc`. A
+    /// record of another shape seldom reads so; if one did, this could
+    /// hide its row (the walk then falls back), never give a wrong one.
+    fn surely_outside(&self, offset: usize, start: u64, pc: u64) -> bool {
+        use crate::formats::cursor::Cursor;
+        let mut c = Cursor::at(self.eh_frame, offset);
+        let (Some(len), Some(id), Some(begin), Some(range)) = (c.u32(), c.u32(), c.i32(), c.u32())
+        else {
+            return false;
+        };
+        let field = self.eh_frame_addr.wrapping_add(offset as u64 + 8);
+        len != 0xffff_ffff
+            && id != 0
+            && field.wrapping_add(begin as i64 as u64) == start
+            && pc.wrapping_sub(start) >= u64::from(range)
     }
 
     /// Every record in turn, for data without an index.
