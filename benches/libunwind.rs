@@ -1,11 +1,17 @@
 //! libunwind 1.6's `unw_backtrace` on the same stacks as `benches/walk.rs`
-//! (16, 64 and 256 frames of `c_bench_recurse`). A binary of its own:
-//! linking libunwind replaces glibc's `backtrace`.
+//! (16, 64 and 256 frames of `c_bench_recurse`, and 8 nested `qsort`
+//! calls, after checking that libunwind walks the frames stackmark does
+//! there). A binary of its own: linking libunwind replaces glibc's
+//! `backtrace`.
 //!
 //! `cargo bench --bench libunwind`; `STACKMARK_BENCH_QUICK=1` for a short run.
 
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+mod common;
+
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod bench {
+    use super::common;
     use std::ffi::c_void;
     use std::time::Duration;
 
@@ -37,7 +43,47 @@ mod bench {
                 });
             });
         }
+        qsort_stack(&mut c);
         c.final_summary();
+    }
+
+    /// The stack through the C library ([`common::at_qsort_depth`]), after
+    /// checking that libunwind walks the frames stackmark does.
+    fn qsort_stack(c: &mut Criterion) {
+        stackmark::init().unwrap();
+        let opts = stackmark::WalkOptions {
+            max_depth: 512,
+            ..Default::default()
+        };
+        let levels = common::QSORT_LEVELS;
+        let mut failure = None;
+        common::at_qsort_depth(levels, &mut || {
+            let mut buf = [std::ptr::null_mut::<c_void>(); 512];
+            // SAFETY: the buffer holds 512 pointers.
+            let n = unsafe { unw_backtrace(buf.as_mut_ptr(), 512) };
+            let (regs, precise) = stackmark::capture_here();
+            let mut frames = [stackmark::Frame::default(); 512];
+            let m = stackmark::walk_from(regs, precise, opts, &mut frames);
+            let theirs: Vec<u64> = buf[..n.max(0) as usize]
+                .iter()
+                .map(|&pc| pc as u64)
+                .collect();
+            // Frame 0 differs (each walker starts where it was called in
+            // this closure); every frame below it must be the same.
+            let checked = common::methods(&frames[..m])
+                .and_then(|_| common::same_frames("libunwind", &frames[..m], 1, &theirs));
+            if let Err(e) = checked {
+                return failure = Some(e);
+            }
+            eprintln!("qsort {levels}: libunwind {n} frames");
+            c.bench_function(&format!("qsort{levels}/libunwind"), |b| {
+                // SAFETY: as above.
+                b.iter(|| unsafe { unw_backtrace(buf.as_mut_ptr(), 512) })
+            });
+        });
+        if let Some(e) = failure {
+            panic!("the stack through qsort: {e}");
+        }
     }
 }
 

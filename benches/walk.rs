@@ -8,6 +8,14 @@
 //! * `glibc`: glibc's `backtrace()`;
 //! * `framehop`: framehop 0.16 with this binary's `.eh_frame` registered.
 //!
+//! And a stack that crosses the C library (`qsort8`: 8 nested `qsort`
+//! calls, each through a Rust comparator; `common::at_qsort_depth`), where
+//! every frame is walked by its DWARF CFI: stackmark warm and cold, and
+//! framehop with the `.eh_frame` of every module registered (with this
+//! binary's alone it stops at glibc's first frame). The bench first checks
+//! that both walk the same frames, and that stackmark took glibc's frames
+//! from their CFI, and fails otherwise.
+//!
 //! Plus: the module table (`init`), a full markup report of a 48-deep
 //! recursion (60 frames) with every module, a cold walk (the per-pc
 //! caches, remembered scans and remembered walk ends emptied before each
@@ -26,7 +34,11 @@
 //! the README's tables.
 
 #[cfg(target_os = "linux")]
+mod common;
+
+#[cfg(target_os = "linux")]
 mod bench {
+    use super::common;
     use std::ffi::c_void;
     use std::hint::black_box;
     use std::time::Duration;
@@ -55,41 +67,53 @@ mod bench {
         impl Framehop {
             /// Registers this executable's `.eh_frame` with framehop.
             pub fn new() -> Framehop {
+                Framehop::of(1)
+            }
+
+            /// Registers the `.eh_frame` of every module of the table that
+            /// has a file (the executable, the C library, the dynamic
+            /// linker, libgcc_s...): what an unwinder needs to cross them.
+            pub fn with_every_module() -> Framehop {
+                Framehop::of(usize::MAX)
+            }
+
+            /// Registers the first `count` modules of the table that have
+            /// a file.
+            fn of(count: usize) -> Framehop {
                 let table = stackmark::modules::current().expect("init");
-                let exe = &table.modules()[0];
-                let data = std::fs::read(String::from_utf8_lossy(exe.name()).as_ref()).unwrap();
-                let file = object::File::parse(&*data).unwrap();
-                let section = |name: &str| {
-                    let s = file.section_by_name(name)?;
-                    Some((s.address()..s.address() + s.size(), s.data().ok()?.to_vec()))
-                };
-                let (text_svma, text) = section(".text").unzip();
-                let (eh_frame_svma, eh_frame) = section(".eh_frame").unzip();
-                let (eh_frame_hdr_svma, eh_frame_hdr) = section(".eh_frame_hdr").unzip();
-                let got_svma = section(".got").map(|s| s.0);
-                let end = file
-                    .segments()
-                    .map(|s| s.address() + s.size())
-                    .max()
-                    .unwrap();
-                let info = ExplicitModuleSectionInfo {
-                    base_svma: 0,
-                    text_svma,
-                    text,
-                    got_svma,
-                    eh_frame_svma,
-                    eh_frame,
-                    eh_frame_hdr_svma,
-                    eh_frame_hdr,
-                    ..Default::default()
-                };
                 let mut unwinder = UnwinderX86_64::new();
-                unwinder.add_module(Module::new(
-                    "bench".into(),
-                    exe.bias..exe.bias + end,
-                    exe.bias,
-                    info,
-                ));
+                let files = table.modules().iter().filter_map(|m| {
+                    let path = String::from_utf8_lossy(m.name()).into_owned();
+                    Some((m.bias, std::fs::read(&path).ok()?, path))
+                });
+                for (bias, data, path) in files.take(count) {
+                    let file = object::File::parse(&*data).unwrap();
+                    let section = |name: &str| {
+                        let s = file.section_by_name(name)?;
+                        Some((s.address()..s.address() + s.size(), s.data().ok()?.to_vec()))
+                    };
+                    let (text_svma, text) = section(".text").unzip();
+                    let (eh_frame_svma, eh_frame) = section(".eh_frame").unzip();
+                    let (eh_frame_hdr_svma, eh_frame_hdr) = section(".eh_frame_hdr").unzip();
+                    let got_svma = section(".got").map(|s| s.0);
+                    let end = file
+                        .segments()
+                        .map(|s| s.address() + s.size())
+                        .max()
+                        .unwrap();
+                    let info = ExplicitModuleSectionInfo {
+                        base_svma: 0,
+                        text_svma,
+                        text,
+                        got_svma,
+                        eh_frame_svma,
+                        eh_frame,
+                        eh_frame_hdr_svma,
+                        eh_frame_hdr,
+                        ..Default::default()
+                    };
+                    unwinder.add_module(Module::new(path, bias..bias + end, bias, info));
+                }
                 let stack = stackmark::os::linux::registered_stack().expect("registered thread");
                 Framehop {
                     unwinder,
@@ -100,6 +124,25 @@ mod bench {
 
             /// Walks from the given registers; returns the frame count.
             pub fn walk(&mut self, rip: u64, rsp: u64, rbp: u64) -> usize {
+                self.walk_with(rip, rsp, rbp, |_| ())
+            }
+
+            /// Walks from the given registers; returns each frame's address
+            /// (the pc, then return addresses).
+            pub fn frames(&mut self, rip: u64, rsp: u64, rbp: u64) -> Vec<u64> {
+                let mut out = Vec::new();
+                self.walk_with(rip, rsp, rbp, |pc| out.push(pc));
+                out
+            }
+
+            #[inline(always)]
+            fn walk_with(
+                &mut self,
+                rip: u64,
+                rsp: u64,
+                rbp: u64,
+                mut each: impl FnMut(u64),
+            ) -> usize {
                 let (lo, hi) = self.stack;
                 let mut read = |addr: u64| {
                     if addr >= lo && addr + 8 <= hi && addr.is_multiple_of(8) {
@@ -116,7 +159,8 @@ mod bench {
                     &mut read,
                 );
                 let mut n = 0;
-                while let Ok(Some(_)) = it.next() {
+                while let Ok(Some(frame)) = it.next() {
+                    each(frame.address());
                     n += 1;
                 }
                 n
@@ -207,6 +251,57 @@ mod bench {
                     parts(c, regs, precise, full, &mut frames);
                 }
             });
+        }
+        qsort_stack(c, full);
+    }
+
+    /// The stack through the C library ([`common::at_qsort_depth`]): the
+    /// warm and the cold walk, and framehop with the `.eh_frame` of every
+    /// module registered, after checking that both walk the same frames
+    /// and that stackmark took every frame in the C library from its CFI.
+    #[inline(never)]
+    fn qsort_stack(c: &mut Criterion, opts: WalkOptions) {
+        #[cfg(target_arch = "x86_64")]
+        let mut framehop = fh::Framehop::with_every_module();
+        let levels = common::QSORT_LEVELS;
+        let mut failure = None;
+        common::at_qsort_depth(levels, &mut || {
+            let (regs, precise) = stackmark::capture_here();
+            let mut frames = [Frame::default(); 512];
+            let n = stackmark::walk_from(regs, precise, opts, &mut frames);
+            match common::methods(&frames[..n]) {
+                Ok(m) => eprintln!("qsort {levels}: stackmark {n} frames ({m})"),
+                Err(e) => return failure = Some(e),
+            }
+            #[cfg(target_arch = "x86_64")]
+            {
+                let theirs = framehop.frames(regs.rip, regs.rsp, regs.rbp);
+                if let Err(e) = common::same_frames("framehop", &frames[..n], 0, &theirs) {
+                    return failure = Some(e);
+                }
+                eprintln!("qsort {levels}: framehop {} frames", theirs.len());
+            }
+            let mut group = c.benchmark_group(format!("qsort{levels}"));
+            group.bench_function("stackmark", |b| {
+                b.iter(|| stackmark::walk_from(regs, precise, opts, &mut frames))
+            });
+            group.bench_function("stackmark-cold", |b| {
+                b.iter_batched(
+                    || {
+                        stackmark::clear_caches();
+                    },
+                    |_| stackmark::walk_from(regs, precise, opts, &mut frames),
+                    BatchSize::PerIteration,
+                )
+            });
+            #[cfg(target_arch = "x86_64")]
+            group.bench_function("framehop", |b| {
+                b.iter(|| framehop.walk(regs.rip, regs.rsp, regs.rbp))
+            });
+            group.finish();
+        });
+        if let Some(e) = failure {
+            panic!("the stack through qsort: {e}");
         }
     }
 

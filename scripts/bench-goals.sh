@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs the walk benchmarks side by side in one run and prints the README's
 # performance tables from that run alone: nanoseconds per frame for every
-# unwinder at every depth, the other operations, the 16-deep walk by parts,
-# and each speed goal with its ratio and verdict (met, or missed and by how
-# much: the share of the walk's time it would have to lose).
+# unwinder at every depth, the other operations, the stack through the C
+# library (nested `qsort` calls, walked by DWARF CFI), the 16-deep walk by
+# parts, and each speed goal with its ratio and verdict (met, or missed and
+# by how much: the share of the walk's time it would have to lose).
 #
 # Usage:
 #   scripts/bench-goals.sh            full run (a few minutes)
@@ -58,6 +59,9 @@ with open(os.path.join(run, "times")) as f:
 # Frames each unwinder walked, as the benches print them:
 # "depth 16: stackmark/sframe 27 frames, stackmark/fp 27 frames".
 frames = {}
+# The same for the stack through the C library: "qsort 8: stackmark 34
+# frames (context 1, cfi 33)" (8 levels of `qsort`).
+qsort_frames = {}
 header = {}
 report_shape = "every module"
 cuts = []
@@ -67,6 +71,9 @@ with open(os.path.join(run, "bench.log")) as f:
         if m:
             for who, n in re.findall(r"([\w/-]+) (\d+) frames", m.group(2)):
                 frames[(int(m.group(1)), who)] = int(n)
+        m = re.match(r"qsort (\d+): ([\w/-]+) (\d+) frames", line)
+        if m:
+            qsort_frames[(int(m.group(1)), m.group(2))] = int(m.group(3))
         m = re.match(r"depth16 part ([\w-]+): (\d+) frames", line)
         if m:
             cuts.append((m.group(1), int(m.group(2))))
@@ -144,6 +151,39 @@ for label, name, scale, unit in ops:
         missing.append(name)
     op[name] = t and t / scale
     print(f"| {label} | {'not run' if t is None else fmt(t / scale) + ' ' + unit} |")
+
+# The stack through the C library: nested `qsort` calls, every frame
+# walked by its DWARF CFI (the comparator's too: Rust's `.eh_frame` comes
+# before its frame pointers), beside libunwind and framehop.
+levels = sorted({lv for (lv, _) in qsort_frames})
+if len(levels) != 1:
+    missing.append("qsort (no frame counts, or more than one stack)")
+lv = levels[0] if levels else "?"
+qran = {who for (_, who) in qsort_frames}
+QSORT = [
+    ("stackmark, DWARF CFI", "stackmark", "stackmark"),
+    ("stackmark, DWARF CFI, cold", "stackmark-cold", "stackmark"),
+    ("libunwind `unw_backtrace`", "libunwind", "libunwind"),
+    ("framehop (`.eh_frame` of every module)", "framehop", "framehop"),
+]
+print()
+print(f"A stack through the C library: {lv} nested `qsort` calls (a Rust comparator, glibc's `msort_with_tmp` and `__qsort_r` a level), ns per frame (frames walked)")
+print()
+print(f"| unwinder | qsort, {lv} levels | stackmark's warm walk faster, per frame |")
+print("| --- | --- | --- |")
+qpf = {}
+for label, bench, counted in QSORT:
+    t = times.get(f"qsort{lv}/{bench}")
+    n = qsort_frames.get((lv, counted))
+    if t is None or not n:
+        if counted not in OPTIONAL or counted in qran:
+            missing.append(f"qsort{lv}/{bench}")
+        print(f"| {label} | not run | — |")
+        continue
+    qpf[bench] = t / n
+    ours_q = qpf.get("stackmark")
+    faster = f"{qpf[bench] / ours_q:.2f}×" if ours_q and bench in OPTIONAL else "—"
+    print(f"| {label} | {fmt(t / n)} ({n}) | {faster} |")
 
 # The 16-deep walk cut short at the borders of its parts: each part's
 # cost is the difference between two cuts.
@@ -319,7 +359,7 @@ log=$out/bench.log
 } >"$log"
 # Progress as it comes: the frame counts and criterion's time lines.
 bench() {
-  cargo bench --bench "$1" 2>&1 | tee -a "$log" | { grep -E '^(depth|init|markup|sframe-lookup)|time:' || true; } || {
+  cargo bench --bench "$1" 2>&1 | tee -a "$log" | { grep -E '^(depth|qsort|init|markup|sframe-lookup)|time:' || true; } || {
     echo "bench-goals: the $1 bench failed (its output: $log)" >&2
     exit 1
   }

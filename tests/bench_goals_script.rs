@@ -42,8 +42,8 @@ fn result(run: &Path, id: &str, slope: Option<f64>, mean: f64) {
 }
 
 /// A run: per depth, 20 frames for every unwinder (framehop 10) at walk
-/// times fixed relative to ours, the 16-deep parts, the other operations,
-/// and the log the benches print. `others: false` leaves libunwind and
+/// times fixed relative to ours, the 16-deep parts, the stack through
+/// `qsort`, the other operations, and the log the benches print. `others: false` leaves libunwind and
 /// framehop out, as a run on AArch64 does.
 fn lay_out(name: &str, others: bool) -> std::path::PathBuf {
     let run = common::workdir(name);
@@ -86,6 +86,17 @@ fn lay_out(name: &str, others: bool) -> std::path::PathBuf {
     ] {
         log += &format!("depth16 part {name}: {frames} frames\n");
         result(&run, &format!("depth16-parts/{name}"), Some(ns), 1.0);
+    }
+    // The stack through qsort, 8 levels: ours 4 ns a frame warm, 100
+    // cold; libunwind 6 over one frame fewer, framehop 10.
+    log += "qsort 8: stackmark 40 frames (context 1, cfi 39)\n";
+    result(&run, "qsort8/stackmark", Some(160.0), 1.0);
+    result(&run, "qsort8/stackmark-cold", None, 4000.0);
+    if others {
+        log += "qsort 8: framehop 40 frames\n";
+        result(&run, "qsort8/framehop", Some(400.0), 1.0);
+        log += "qsort 8: libunwind 39 frames\n";
+        result(&run, "qsort8/libunwind", Some(234.0), 1.0);
     }
     log += "markup report: 59 frames, 6 modules\n";
     result(&run, "init/refresh", Some(150_000.0), 1.0);
@@ -212,8 +223,51 @@ fn every_ratio_is_per_frame_walked_and_each_goal_says_met_or_by_how_much_missed(
 }
 
 #[test]
+fn the_stack_through_qsort_is_per_frame_walked_beside_libunwind_and_framehop() {
+    let l = report_lines("bench-goals-qsort", true);
+    has(
+        &l,
+        "| unwinder | qsort, 8 levels | stackmark's warm walk faster, per frame |",
+    );
+    has(&l, "| stackmark, DWARF CFI | 4.00 (40) | — |");
+    // Cold: criterion's mean, as it fits no slope.
+    has(&l, "| stackmark, DWARF CFI, cold | 100 (40) | — |");
+    // 234 ns over 39 frames: 6 a frame, 1.5 times ours.
+    has(&l, "| libunwind `unw_backtrace` | 6.00 (39) | 1.50× |");
+    has(
+        &l,
+        "| framehop (`.eh_frame` of every module) | 10.0 (40) | 2.50× |",
+    );
+}
+
+#[test]
+fn a_run_without_the_stack_through_qsort_fails_the_report() {
+    let run = lay_out("bench-goals-no-qsort", true);
+    std::fs::remove_dir_all(run.join("criterion/qsort8_stackmark-cold")).unwrap();
+    let out = report(&run);
+    assert!(!out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("qsort8/stackmark-cold"), "{err}");
+    has(&lines(&out), "| stackmark, DWARF CFI, cold | not run | — |");
+    // Nor may the frame counts be missing.
+    let log = std::fs::read_to_string(run.join("bench.log")).unwrap();
+    let log: String = log
+        .lines()
+        .filter(|l| !l.starts_with("qsort "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(run.join("bench.log"), log).unwrap();
+    let out = report(&run);
+    assert!(!out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("qsort (no frame counts"), "{err}");
+}
+
+#[test]
 fn unwinders_a_run_never_benchmarked_are_not_run_rather_than_an_error() {
     let l = report_lines("bench-goals-no-others", false);
+    has(&l, "| libunwind `unw_backtrace` | not run | — |");
+    has(&l, "| stackmark, DWARF CFI | 4.00 (40) | — |");
     has(
         &l,
         "| libunwind `unw_backtrace` | not run | not run | not run |",
