@@ -126,7 +126,7 @@ fn every_row_of_real_sections_matches_gimli() {
         let prog = build_aarch64(&dir, key);
         let oracle = b_key.then(|| {
             let file = std::fs::read(&prog).unwrap();
-            replace_all(&file, b"zRB\0", b"zRS\0")
+            common::replace_all(&file, b"zRB\0", b"zRS\0")
         });
         let c = check_file(&prog, AARCH64, oracle.as_deref());
         assert!(c.signed_rows > 10, "{key}: {c:?}");
@@ -634,15 +634,3 @@ int main(int argc, char **argv) {
 }
 "#;
 
-fn replace_all(data: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
-    let mut out = data.to_vec();
-    let mut count = 0;
-    for i in 0..out.len().saturating_sub(from.len()) {
-        if &out[i..i + from.len()] == from {
-            out[i..i + from.len()].copy_from_slice(to);
-            count += 1;
-        }
-    }
-    assert!(count > 0, "no {from:?} found");
-    out
-}

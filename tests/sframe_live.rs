@@ -540,18 +540,6 @@ fn aarch64_gcc_and_gnu_ld_give_version_1_matching_the_cfi() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-fn replace_all(data: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
-    let mut out = data.to_vec();
-    let mut count = 0;
-    for i in 0..out.len().saturating_sub(from.len()) {
-        if &out[i..i + from.len()] == from {
-            out[i..i + from.len()].copy_from_slice(to);
-            count += 1;
-        }
-    }
-    assert!(count > 0, "no {from:?} found");
-    out
-}
 
 #[test]
 fn aarch64_pac_signed_return_addresses_match_the_cfi_sign_state() {
@@ -567,7 +555,7 @@ fn aarch64_pac_signed_return_addresses_match_the_cfi_sign_state() {
         // gimli does not know the CIE augmentation 'B' (key B): the oracle
         // reads a copy where it is 'S', which changes no rule.
         let cfi_file = if b_key {
-            replace_all(&file, b"zRB\0", b"zRS\0")
+            common::replace_all(&file, b"zRB\0", b"zRS\0")
         } else {
             file.clone()
         };

@@ -397,3 +397,19 @@ pub fn in_libc(pc: u64) -> bool {
         })
         .unwrap_or(false)
 }
+
+/// `data` with every occurrence of `from` replaced by `to` (of the same
+/// length), which must occur at least once: a CIE augmentation patched so
+/// an oracle that rejects it (gimli and `B`) reads the rest.
+pub fn replace_all(data: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+    let mut out = data.to_vec();
+    let mut count = 0;
+    for i in 0..out.len().saturating_sub(from.len()) {
+        if &out[i..i + from.len()] == from {
+            out[i..i + from.len()].copy_from_slice(to);
+            count += 1;
+        }
+    }
+    assert!(count > 0, "no {from:?} found");
+    out
+}
