@@ -633,4 +633,3 @@ int main(int argc, char **argv) {
   return (int)(r & 1);
 }
 "#;
-

@@ -540,7 +540,6 @@ fn aarch64_gcc_and_gnu_ld_give_version_1_matching_the_cfi() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-
 #[test]
 fn aarch64_pac_signed_return_addresses_match_the_cfi_sign_state() {
     for (key, b_key) in [("pac-ret+leaf", false), ("pac-ret+leaf+b-key", true)] {
