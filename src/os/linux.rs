@@ -489,8 +489,8 @@ fn cfi_of(
 
 fn release_copy((ptr, size): (usize, usize)) {
     if ptr != 0 {
-        // SAFETY: `(ptr, size)` is a mapping made by `copy_sframe` that no
-        // published table references any more.
+        // SAFETY: `(ptr, size)` is a mapping made by `copy_sframe` or
+        // `cfi_of` that no published table references any more.
         unsafe { libc::munmap(ptr as *mut c_void, size) };
     }
 }
