@@ -535,3 +535,38 @@ fn a_pinned_library_truncated_on_disk_does_not_kill_a_walk() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A pc whose DWARF CFI the walk cannot take (in the program's `.plt`, past
+/// its first entry, the CFA is a DWARF expression) is looked up as having
+/// no table, and counted by its reason; its neighbour at the `.plt`'s
+/// start, `rsp + 16`, is a CFI row. (GNU ld writes that FDE on x86_64.)
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn a_cfi_rule_the_walk_cannot_take_is_counted_and_walked_without() {
+    use stackmark::formats::sframe::CfaRule;
+    use stackmark::modules::CfiFallback;
+    use stackmark::walk::Lookup;
+    stackmark::init().unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let data = std::fs::read(&exe).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    let plt = file
+        .section_by_name(".plt")
+        .expect("the test binary has a .plt");
+    let table = stackmark::modules::current().unwrap();
+    let name = exe.as_os_str().as_encoded_bytes();
+    let main = table
+        .modules()
+        .iter()
+        .find(|m| m.name() == name)
+        .expect("the program is listed");
+    let at = main.bias + plt.address();
+    assert!(main.cfi().is_some(), "the program's CFI is read");
+    match table.lookup_uncached(at) {
+        Lookup::Cfi(row) => assert_eq!(row.cfa, CfaRule::SpPlus(16)),
+        other => panic!("{other:?}"),
+    }
+    let before = CfiFallback::CfaExpression.count();
+    assert_eq!(table.lookup_uncached(at + 16), Lookup::NoInfo);
+    assert_eq!(CfiFallback::CfaExpression.count(), before + 1);
+}
