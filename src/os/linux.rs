@@ -5,7 +5,7 @@
 use core::ffi::{c_int, c_void, CStr};
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed};
 
-use crate::formats::cfi::{self, Cfi, EhFrameHdr, Registers};
+use crate::formats::cfi::{self, Cfi, EhFrameHdr};
 use crate::formats::cursor::u64_at;
 use crate::formats::elf::{
     self, Dynamic, ElfFile, ProgramHeader, PHDR_SIZE, PT_DYNAMIC, PT_GNU_EH_FRAME, PT_GNU_SFRAME,
@@ -417,12 +417,6 @@ fn copy_sframe(addr: u64, len: u64) -> Option<(SFrame<'static>, (usize, usize))>
     }
 }
 
-/// The DWARF numbers of this architecture's stack and frame pointers.
-#[cfg(target_arch = "aarch64")]
-const CFI_REGISTERS: Registers = Registers::AARCH64;
-#[cfg(not(target_arch = "aarch64"))]
-const CFI_REGISTERS: Registers = Registers::X86_64;
-
 /// A module's DWARF CFI from its `PT_GNU_EH_FRAME` (`.eh_frame_hdr`, at
 /// `hdr_addr`), while `dl_iterate_phdr` holds the module loaded. A module
 /// mapped for good (`in_place`) is read where it lies, its `.eh_frame`
@@ -446,7 +440,7 @@ fn cfi_of(
         readable_end(m, eh_frame_addr)? - eh_frame_addr,
     )?;
     if in_place {
-        let cfi = Cfi::new(hdr, hdr_addr, rest, CFI_REGISTERS).ok()?;
+        let cfi = Cfi::new(hdr, hdr_addr, rest, crate::arch::native::CFI_REGISTERS).ok()?;
         return Some((cfi, (0, 0)));
     }
     let eh_frame = &rest[..cfi::extent(rest)];
@@ -478,7 +472,12 @@ fn cfi_of(
         )
     };
     let mapping = (hdr_copy.as_ptr() as usize, size);
-    match Cfi::new(hdr_copy, hdr_addr, eh_copy, CFI_REGISTERS) {
+    match Cfi::new(
+        hdr_copy,
+        hdr_addr,
+        eh_copy,
+        crate::arch::native::CFI_REGISTERS,
+    ) {
         Ok(cfi) => Some((cfi, mapping)),
         Err(_) => {
             release_copy(mapping);

@@ -32,7 +32,7 @@ use core::ffi::{c_char, c_int, c_void, CStr};
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 
 use super::header_set::HeaderSet;
-use crate::formats::cfi::{Cfi, Registers};
+use crate::formats::cfi::Cfi;
 use crate::formats::compact_unwind::UnwindInfo;
 use crate::formats::macho::{self, MachO};
 use crate::modules::{self, Module, RefreshError, Table, MAX_MODULES};
@@ -165,12 +165,6 @@ fn release_copy((ptr, size): (usize, usize)) {
     }
 }
 
-/// The DWARF numbers of this architecture's stack and frame pointers.
-#[cfg(target_arch = "aarch64")]
-const CFI_REGISTERS: Registers = Registers::AARCH64;
-#[cfg(not(target_arch = "aarch64"))]
-const CFI_REGISTERS: Registers = Registers::X86_64;
-
 /// The module for the image whose `mach_header` is at `mh`, or `None` if
 /// its header cannot be read (it was unloaded meanwhile). Reuses `old`'s
 /// copy of its `__unwind_info` when `old` holds the same image. The slide
@@ -223,7 +217,11 @@ fn image_module(mh: u64, name: &[u8], old: &Table) -> Option<Module> {
     if let Some(sect) = image.section(b"__TEXT", b"__eh_frame") {
         let addr = slide.wrapping_add(sect.addr);
         if let Some((bytes, copy)) = copy_out(addr, sect.size) {
-            m.cfi = Some(Cfi::without_index(bytes, addr, CFI_REGISTERS));
+            m.cfi = Some(Cfi::without_index(
+                bytes,
+                addr,
+                crate::arch::native::CFI_REGISTERS,
+            ));
             m.cfi_copy = copy;
         }
     }

@@ -36,6 +36,10 @@ fn restore<M: MemoryReader>(enc: u32, top: u64, next: &mut Regs, mem: &M) -> Res
     Ok(())
 }
 
+/// The mode of an encoding that defers to DWARF CFI: its low 24 bits are
+/// the offset of the FDE in the image's `__eh_frame`.
+pub const MODE_DWARF: u32 = 3;
+
 /// Steps out of a function with compact encoding `encoding`.
 ///
 /// * Frame (mode 4): pairs from `fp - 8` downwards;

@@ -13,6 +13,9 @@ pub mod edge;
 #[cfg(target_arch = "aarch64")]
 pub use capture::{call_site, capture};
 
+/// The DWARF numbers of the registers a CFI row names here.
+pub const CFI_REGISTERS: crate::formats::cfi::Registers = crate::formats::cfi::Registers::AARCH64;
+
 /// The registers the walk tracks on AArch64: pc, sp, the frame record
 /// registers x29/x30 and the callee-saved x19-x28. The layout is fixed
 /// because the capture routine writes it from assembly.

@@ -56,6 +56,10 @@ fn unpermute(count: u32, mut perm: u32) -> Result<[u32; 6], StepError> {
     Ok(out)
 }
 
+/// The mode of an encoding that defers to DWARF CFI: its low 24 bits are
+/// the offset of the FDE in the image's `__eh_frame`.
+pub const MODE_DWARF: u32 = 4;
+
 /// Steps out of a function with compact encoding `encoding`, which starts
 /// at `func_start` (its code is read through `mem` for stack-indirect
 /// frames).

@@ -11,6 +11,9 @@ pub mod edge;
 #[cfg(target_arch = "x86_64")]
 pub use capture::{call_site, capture};
 
+/// The DWARF numbers of the registers a CFI row names here.
+pub const CFI_REGISTERS: crate::formats::cfi::Registers = crate::formats::cfi::Registers::X86_64;
+
 /// The registers the walk tracks on x86_64: the pc, the stack and frame
 /// pointers, and the callee-saved registers. The layout is fixed because the
 /// capture routine writes it from assembly.
