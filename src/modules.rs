@@ -634,20 +634,20 @@ impl Table {
                 }
                 // Read where it is stored, as the SFrame section is.
                 let Some((info, base)) = &m.compact else {
-                    return cfi_lookup(m, pc);
+                    return cfi_lookup(m, None, pc);
                 };
                 let entry = u32::try_from(pc.wrapping_sub(*base))
                     .ok()
                     .and_then(|off| info.lookup(off));
                 match entry {
                     Some(e) => match dwarf_mode_fde(m, e.encoding) {
-                        Some(fde) => cfi_lookup_in(m, fde, pc),
+                        fde @ Some(_) => cfi_lookup(m, fde, pc),
                         None => Lookup::Compact {
                             encoding: e.encoding,
                             func_start: base.wrapping_add(u64::from(e.func_start)),
                         },
                     },
-                    None => cfi_lookup(m, pc),
+                    None => cfi_lookup(m, None, pc),
                 }
             }
         }
@@ -676,14 +676,6 @@ pub enum CfiFallback {
 
 impl CfiFallback {
     const COUNT: usize = 5;
-    /// Every kind, in counting order.
-    pub const ALL: [CfiFallback; CfiFallback::COUNT] = [
-        CfiFallback::SignalFrame,
-        CfiFallback::CfaExpression,
-        CfiFallback::RegisterRule,
-        CfiFallback::TooLarge,
-        CfiFallback::Malformed,
-    ];
 
     fn of(e: &crate::formats::cfi::Inexpressible) -> CfiFallback {
         use crate::formats::cfi::Inexpressible as I;
@@ -704,33 +696,32 @@ impl CfiFallback {
 }
 
 /// The `__eh_frame` offset of the FDE that a compact-unwind `encoding` in
-/// DWARF mode names (x86_64 mode 4, arm64 mode 3, by the architecture of
-/// `m`'s CFI), if `m` has CFI.
+/// DWARF mode names, by the architecture of `m`'s CFI, if `m` has CFI.
 fn dwarf_mode_fde(m: &Module, encoding: u32) -> Option<usize> {
     let regs = m.cfi.as_ref()?.registers();
     let dwarf_mode = if regs == crate::formats::cfi::Registers::AARCH64 {
-        3
+        crate::arch::aarch64::compact::MODE_DWARF
     } else {
-        4
+        crate::arch::x86_64::compact::MODE_DWARF
     };
     (encoding >> 24 & 0xf == dwarf_mode).then_some((encoding & 0x00ff_ffff) as usize)
 }
 
-/// The CFI row at `pc` from the FDE at `fde` in `m`'s `__eh_frame`, as a
-/// compact entry in DWARF mode names it; [`Lookup::NoInfo`] where it gives
-/// none (counted as [`cfi_lookup`] counts).
+/// The CFI row at `pc` in `m`: from the FDE at offset `fde` of its
+/// `__eh_frame` where a compact entry in DWARF mode names one, else the
+/// FDE its index finds. [`Lookup::NoInfo`] where there is none, and where
+/// its rule cannot be taken (counted, by reason). Out of line: running a
+/// CFA program takes a frame of its own, which the walk's callers need not
+/// reserve on every step.
 #[inline(never)]
-fn cfi_lookup_in(m: &Module, fde: usize, pc: u64) -> Lookup {
+fn cfi_lookup(m: &Module, fde: Option<usize>, pc: u64) -> Lookup {
     let Some(cfi) = &m.cfi else {
         return Lookup::NoInfo;
     };
-    cfi_answer(cfi.unwind_row_in_fde(fde, pc))
-}
-
-/// The lookup a CFI answer makes, counting the rows the walker cannot take.
-fn cfi_answer(
-    found: Result<Option<crate::formats::sframe::Row>, crate::formats::cfi::Inexpressible>,
-) -> Lookup {
+    let found = match fde {
+        Some(at) => cfi.unwind_row_in_fde(at, pc),
+        None => cfi.unwind_row(pc),
+    };
     match found {
         Ok(Some(row)) => Lookup::Cfi(row),
         Ok(None) => Lookup::NoInfo,
@@ -739,18 +730,6 @@ fn cfi_answer(
             Lookup::NoInfo
         }
     }
-}
-
-/// The CFI row at `pc` in `m`, or [`Lookup::NoInfo`] (counted when an FDE
-/// covers the pc but its rule cannot be taken). Out of line: running a CFA
-/// program takes a frame of its own, which the walk's callers need not
-/// reserve on every step.
-#[inline(never)]
-fn cfi_lookup(m: &Module, pc: u64) -> Lookup {
-    let Some(cfi) = &m.cfi else {
-        return Lookup::NoInfo;
-    };
-    cfi_answer(cfi.unwind_row(pc))
 }
 
 /// How far from the program's entry point a lookup pc lies in glibc's

@@ -114,18 +114,6 @@ pub enum Lookup {
     },
 }
 
-impl Lookup {
-    /// The row a table gives, and the method a frame it recovers is found
-    /// by: SFrame and CFI rows are applied alike.
-    pub fn row(&self) -> Option<(Row, Method)> {
-        match *self {
-            Lookup::SFrame(row) => Some((row, Method::SFrame)),
-            Lookup::Cfi(row) => Some((row, Method::Cfi)),
-            _ => None,
-        }
-    }
-}
-
 /// The walker's view of the loaded code: where the unwind rows are and which
 /// addresses are code.
 pub trait CodeMap {
