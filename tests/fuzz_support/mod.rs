@@ -472,7 +472,7 @@ pub fn cfi_parse(data: &[u8]) {
             let (loc, fde_addr) = index.entry(i).expect("an entry below len");
             pcs.push(loc);
             // The entry found starts at or below the pc, sorted table or not.
-            if let Some((found, _)) = index.search(loc) {
+            if let Some((found, _, _)) = index.search(loc) {
                 assert!(index.entry(found).is_some_and(|e| e.0 <= loc), "{found}");
             }
             if let Ok(off) = usize::try_from(fde_addr.wrapping_sub(eh_addr)) {

@@ -144,9 +144,9 @@ impl<'a> EhFrameHdr<'a> {
     }
 
     /// The last entry whose initial location is at or below `pc`: its
-    /// index and FDE address. The table is sorted by its producer; if it
+    /// index, that location and the FDE's address. The table is sorted by its producer; if it
     /// is not, this finds some entry, never reads outside the table.
-    pub fn search(&self, pc: u64) -> Option<(usize, u64)> {
+    pub fn search(&self, pc: u64) -> Option<(usize, u64, u64)> {
         if self.table_encoding == DATAREL_SDATA4 {
             return self.search_datarel_sdata4(pc);
         }
@@ -164,14 +164,15 @@ impl<'a> EhFrameHdr<'a> {
             }
         }
         let i = lo.checked_sub(1)?;
-        Some((i, self.entry(i)?.1))
+        let (loc, fde) = self.entry(i)?;
+        Some((i, loc, fde))
     }
 
     /// [`EhFrameHdr::search`] over the table every toolchain writes
     /// (`datarel | sdata4`: pairs of 32-bit offsets from the header): each
     /// probe reads one location in place rather than decoding two pointers,
     /// which was half the cost of a first walk through CFI.
-    fn search_datarel_sdata4(&self, pc: u64) -> Option<(usize, u64)> {
+    fn search_datarel_sdata4(&self, pc: u64) -> Option<(usize, u64, u64)> {
         let table = self.data.get(self.table_at..)?.get(..self.count * 8)?;
         let (entries, _) = table.as_chunks::<8>();
         let at = |half: &[u8]| {
@@ -181,7 +182,7 @@ impl<'a> EhFrameHdr<'a> {
         let i = entries
             .partition_point(|e| at(&e[..4]) <= pc)
             .checked_sub(1)?;
-        Some((i, at(&entries[i][4..])))
+        Some((i, at(&entries[i][..4]), at(&entries[i][4..])))
     }
 }
 

@@ -279,7 +279,7 @@ impl<'a> Cfi<'a> {
         let bases = self.bases();
         match &self.index {
             Some(index) => {
-                let Some((entry, fde_addr)) = index.search(pc) else {
+                let Some((entry, start, fde_addr)) = index.search(pc) else {
                     return Ok(None);
                 };
                 let offset = usize::try_from(fde_addr.wrapping_sub(self.eh_frame_addr))
@@ -289,8 +289,7 @@ impl<'a> Cfi<'a> {
                 // Most pcs an index finds no FDE for lie in code without
                 // CFI after some function with it: tell those without
                 // parsing the CIE.
-                let start = index.entry(entry).map(|(loc, _)| loc);
-                if start.is_some_and(|s| self.surely_outside(offset, s, pc)) {
+                if self.surely_outside(offset, start, pc) {
                     return Ok(None);
                 }
                 let found = Fde::parse(self.eh_frame, offset, &bases)?;
