@@ -243,7 +243,13 @@ fn an_unsorted_fde_table_is_searched_and_finds_the_same_rows() {
     let (orig, base) = case("test-x86_64-2.42");
     let mut data = orig.clone();
     swap_fdes(&mut data);
+    // Unsorted, the piece reads as an assembler's: each start counts from
+    // its own field (see `Header::field_relative`).
     data[FLAGS] &= !0x1;
+    for at in (0..5).map(|i| 28 + 20 * i) {
+        let rel = i32::from_le_bytes(data[at..at + 4].try_into().unwrap());
+        put_u32(&mut data, at, (rel - at as i32) as u32);
+    }
     let sorted = SFrame::parse(&orig, base).unwrap();
     let unsorted = SFrame::parse(&data, base).unwrap();
     assert_eq!(unsorted.pc_range(), sorted.pc_range());
@@ -388,7 +394,7 @@ fn concat(a: &[u8], b: &[u8]) -> (Vec<u8>, usize) {
 }
 
 #[test]
-fn concatenated_pieces_must_share_an_abi_and_use_pcrel_starts() {
+fn concatenated_pieces_must_share_an_abi() {
     let (x86, base) = case("test-x86_64-2.46");
     let (arm, _) = case("test-aarch64-2.46");
     let (d, at) = concat(&x86, &arm);
@@ -396,27 +402,46 @@ fn concatenated_pieces_must_share_an_abi_and_use_pcrel_starts() {
         SFrame::parse(&d, base).unwrap_err(),
         Error::MixedAbi { piece: at }
     );
-    // Version 2 without PCREL (binutils 2.41 to 2.44), once or twice.
+}
+
+/// The starts of each function of `s`, in table order.
+fn starts(s: &SFrame<'_>) -> Vec<u64> {
+    s.functions().map(|f| f.fde.start).collect()
+}
+
+#[test]
+fn each_piece_of_a_concatenation_counts_starts_from_its_own_base() {
+    // GNU ld's outputs: version 2 without PCREL (binutils 2.41 to 2.44) and
+    // version 1, both sorted, so their starts count from their headers;
+    // and version 2 with PCREL (2.46), from each field.
+    let (x86, base) = case("test-x86_64-2.46");
     let (v2, base2) = case("test-x86_64-2.42");
-    assert!(SFrame::parse(&v2, base2).is_ok());
-    let (d, _) = concat(&v2, &v2);
-    assert_eq!(
-        SFrame::parse(&d, base2).unwrap_err(),
-        Error::ConcatenatedWithoutPcrel { piece: 0 }
-    );
-    // A PCREL piece followed by one without.
-    let (d, at) = concat(&x86, &v2);
-    assert_eq!(
-        SFrame::parse(&d, base).unwrap_err(),
-        Error::ConcatenatedWithoutPcrel { piece: at }
-    );
-    // Version 1 has no PCREL flag at all.
-    let (v1, _) = case("test-x86_64-2.40");
-    let (d, at) = concat(&x86, &v1);
-    assert_eq!(
-        SFrame::parse(&d, base).unwrap_err(),
-        Error::ConcatenatedWithoutPcrel { piece: at }
-    );
+    let (v1, base1) = case("test-x86_64-2.40");
+    for (piece, b) in [(&x86, base), (&v2, base2), (&v1, base1)] {
+        let alone = starts(&SFrame::parse(piece, b).unwrap());
+        // Moved `at` bytes on, behind another piece, a piece describes
+        // functions `at` bytes on, whichever its base.
+        let (d, at) = concat(&x86, piece);
+        let both = SFrame::parse(&d, b).unwrap();
+        assert_eq!(both.piece_count(), 2);
+        let second = starts(&both.pieces().nth(1).unwrap());
+        let moved: Vec<u64> = alone.iter().map(|s| s + at as u64).collect();
+        assert_eq!(second, moved);
+    }
+    // The same version 1 piece as the assembler left it, unsorted: each
+    // start counts from its own FDE's field, 17 bytes apart.
+    let sorted = SFrame::parse(&v1, base1).unwrap();
+    let h = *sorted.header();
+    assert!(h.sorted() && !h.field_relative());
+    let mut raw = v1.clone();
+    raw[3] &= !stackmark::formats::sframe::F_FDE_SORTED;
+    let unsorted = SFrame::parse(&raw, base1).unwrap();
+    assert!(unsorted.header().field_relative());
+    let (before, after) = (starts(&sorted), starts(&unsorted));
+    assert!(before.len() > 1, "{before:x?}");
+    for (i, (b, a)) in before.iter().zip(&after).enumerate() {
+        assert_eq!(*a, b + (h.fdes - h.at + 17 * i) as u64, "FDE {i}");
+    }
 }
 
 #[test]

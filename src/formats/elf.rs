@@ -29,6 +29,9 @@ pub const PF_W: u32 = 2;
 pub const PF_R: u32 = 4;
 /// Section flag: occupies memory at run time.
 pub const SHF_ALLOC: u64 = 2;
+/// The most padding [`ElfFile::sframe_extent`] accepts between two SFrame
+/// sections of one run: alignment padding, which linkers fill with zeros.
+pub const SFRAME_GAP: u64 = 64;
 /// `NT_GNU_BUILD_ID`.
 pub const NT_GNU_BUILD_ID: u32 = 3;
 
@@ -328,6 +331,46 @@ impl<'a> ElfFile<'a> {
     /// The first section called `name`.
     pub fn section_by_name(&self, name: &[u8]) -> Option<Section<'a>> {
         self.sections().find(|s| s.name == name)
+    }
+
+    /// Where the SFrame data is at link time: the allocated section
+    /// `.sframe` together with any allocated `.sframe.*` sections laid
+    /// next to it (at most [`SFRAME_GAP`] bytes of padding apart), as one
+    /// `(address, size)` run. lld cannot put GNU as's `SHT_PROGBITS`
+    /// pieces and LLVM's `SHT_GNU_SFRAME` ones into one output section, so
+    /// stackmark's linker script routes the first kind to `.sframe.c`,
+    /// just before `.sframe`. Without a `.sframe`, the first `.sframe.*`
+    /// section starts the run.
+    pub fn sframe_extent(&self) -> Option<(u64, u64)> {
+        let is_sframe = |s: &Section<'_>| {
+            s.flags & SHF_ALLOC != 0
+                && s.size != 0
+                && s.sh_type != 8
+                && (s.name == b".sframe" || s.name.starts_with(b".sframe."))
+        };
+        let first = self
+            .section_by_name(b".sframe")
+            .filter(is_sframe)
+            .or_else(|| self.sections().find(is_sframe))?;
+        let (mut lo, mut hi) = (first.addr, first.addr.checked_add(first.size)?);
+        // Grow the run by any neighbour until none is left: a handful of
+        // sections, so the repeated passes cost nothing.
+        loop {
+            let before = (lo, hi);
+            for s in self.sections().filter(is_sframe) {
+                let Some(end) = s.addr.checked_add(s.size) else {
+                    continue;
+                };
+                if end <= lo && lo - end <= SFRAME_GAP {
+                    lo = s.addr;
+                } else if s.addr >= hi && s.addr - hi <= SFRAME_GAP {
+                    hi = end;
+                }
+            }
+            if (lo, hi) == before {
+                return Some((lo, hi - lo));
+            }
+        }
     }
 
     /// The file contents of a section (`None` for `SHT_NOBITS` or out of bounds).

@@ -346,9 +346,11 @@ impl Drop for FileCopy {
     }
 }
 
-/// Where a module's `.sframe` section is at run time, from its file's
-/// section headers (rust-lld and mold keep the section but make no
-/// `PT_GNU_SFRAME`). Reads the ELF header, section 0 (which holds the
+/// Where a module's SFrame data is at run time, from its file's section
+/// headers: `.sframe` and the `.sframe.*` sections beside it
+/// ([`ElfFile::sframe_extent`]). rust-lld and mold make no
+/// `PT_GNU_SFRAME`, GNU ld's covers `.sframe` alone, and GNU ld 2.40's
+/// overstates its size. Reads the ELF header, section 0 (which holds the
 /// counts when they do not fit the header), the section headers and their
 /// names, each once the one before says where.
 fn sframe_from_file(path: &CStr, bias: u64) -> Option<(u64, u64)> {
@@ -359,9 +361,8 @@ fn sframe_from_file(path: &CStr, bias: u64) -> Option<(u64, u64)> {
     file.fetch(at, len);
     let (at, len) = ElfFile::parse(file.bytes()).ok()?.section_names_at()?;
     file.fetch(at, len);
-    let elf = ElfFile::parse(file.bytes()).ok()?;
-    let s = elf.section_by_name(b".sframe")?;
-    (s.flags & elf::SHF_ALLOC != 0 && s.size != 0).then(|| (bias.wrapping_add(s.addr), s.size))
+    let (addr, size) = ElfFile::parse(file.bytes()).ok()?.sframe_extent()?;
+    Some((bias.wrapping_add(addr), size))
 }
 
 /// Copies SFrame data into an anonymous mapping the table owns, validates it
@@ -740,8 +741,20 @@ unsafe extern "C" fn on_object(
             break;
         }
     }
-    if sframe_at.is_none() && !m.segments().is_empty() && name.to_bytes().starts_with(b"/") {
-        sframe_at = sframe_from_file(name, bias);
+    // The section headers say best where the SFrame data is; without a
+    // file to read them from, `PT_GNU_SFRAME` is trimmed to the pieces it
+    // holds.
+    if !m.segments().is_empty() && name.to_bytes().starts_with(b"/") {
+        if let Some(at) = sframe_from_file(name, bias) {
+            sframe_at = Some(at);
+        }
+    }
+    if let Some((addr, len)) = sframe_at {
+        let trimmed = in_readable(&m, addr, len)
+            .then(|| loaded(addr, len))
+            .flatten()
+            .map_or(len, |d| SFrame::pieces_len(d) as u64);
+        sframe_at = Some((addr, trimmed));
     }
     if let Some((addr, len)) = sframe_at {
         let inside = in_readable(&m, addr, len);

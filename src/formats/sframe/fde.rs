@@ -66,9 +66,9 @@ fn fde_offset(h: &Header, i: u32) -> Option<usize> {
 /// The runtime start address encoded by the FDE at `at` with the signed
 /// offset `rel`, or `None` outside the 64-bit address space.
 fn start_address(h: &Header, at: usize, rel: i64, base: u64) -> Option<u64> {
-    // Without PCREL the offset counts from the section (the piece's header);
-    // with it, from the start-address field itself, the FDE's first field.
-    let anchor = if h.pcrel() { at } else { h.at };
+    // From the start-address field itself, the FDE's first field, or from
+    // the piece's header (see `Header::field_relative`).
+    let anchor = if h.field_relative() { at } else { h.at };
     base.checked_add(anchor as u64)?.checked_add_signed(rel)
 }
 

@@ -68,9 +68,47 @@ impl Header {
         }
     }
 
-    /// Whether FDE start addresses are relative to the field itself.
+    /// Whether the header says FDE start addresses are relative to the
+    /// field itself (`SFRAME_F_FDE_FUNC_START_PCREL`).
     pub fn pcrel(&self) -> bool {
         self.flags & F_FDE_FUNC_START_PCREL != 0
+    }
+
+    /// Whether this piece's FDE start addresses count from each FDE's own
+    /// start-address field ([`Self::pcrel`], or a piece as an assembler
+    /// wrote it) rather than from the piece's header (a section a linker
+    /// merged and sorted).
+    ///
+    /// Without the PCREL flag the header cannot say, so the producer
+    /// decides. GNU as writes each start as `function - .`, relocated like
+    /// any PC-relative word, and never sorts its FDEs; GNU ld, the only
+    /// linker that merges SFrame, rewrites the starts relative to the merged
+    /// section and sets `SFRAME_F_FDE_SORTED`. lld, mold, and GNU ld for an
+    /// output section other than `.sframe` copy the assembler's pieces as
+    /// they are. So an unflagged piece whose FDEs the header does not call
+    /// sorted is taken as field-relative, and a sorted one as relative to
+    /// its header.
+    ///
+    /// ```
+    /// use stackmark::formats::sframe::SFrame;
+    /// // A piece as GNU as 2.40 writes it (version 1, no flags): its one
+    /// // FDE's start (0x10) counts from the field, 28 bytes into the piece.
+    /// let data = [
+    ///     0xe2, 0xde, 1, 0, 3, 0, 0xf8, 0, 1, 0, 0, 0, 1, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 17,
+    ///     0, 0, 0, 0x10, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 3, 8,
+    /// ];
+    /// let sframe = SFrame::parse(&data, 0x1000).unwrap();
+    /// assert!(sframe.header().field_relative());
+    /// assert_eq!(sframe.pc_range(), Some((0x1000 + 28 + 0x10, 0x1000 + 28 + 0x14)));
+    /// // The same piece as GNU ld merges it: sorted, so header-relative.
+    /// let mut merged = data;
+    /// merged[3] = 1;
+    /// let sframe = SFrame::parse(&merged, 0x1000).unwrap();
+    /// assert!(!sframe.header().field_relative());
+    /// assert_eq!(sframe.pc_range(), Some((0x1010, 0x1014)));
+    /// ```
+    pub fn field_relative(&self) -> bool {
+        self.pcrel() || !self.sorted()
     }
 
     /// Whether the header says the FDEs are sorted by start address.

@@ -90,13 +90,41 @@ impl<'a> SFrame<'a> {
     /// assert_eq!(SFrame::count_pieces(&[0; 8]), 0);
     /// ```
     pub fn count_pieces(data: &[u8]) -> usize {
-        let mut count = 0;
+        Self::walk_pieces(data).0
+    }
+
+    /// How many bytes of `data` its pieces take: from the start to the end
+    /// of the last piece whose header follows on from the one before, by
+    /// their headers only. GNU ld 2.40 makes `PT_GNU_SFRAME` larger than
+    /// the section it merged (by the size of the input it dropped), and
+    /// what lies past the section there is not SFrame.
+    ///
+    /// ```
+    /// use stackmark::formats::sframe::SFrame;
+    /// # let piece = [0xe2, 0xde, 3, 5, 3, 0, 0xf8, 0, 1, 0, 0, 0, 1, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0, 0xe4, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 2, 8];
+    /// // `piece`: 52 bytes. Then padding and another piece, then other data.
+    /// let mut data = piece.to_vec();
+    /// data.extend([0; 4]);
+    /// data.extend(piece);
+    /// data.extend(b"other section");
+    /// assert_eq!(SFrame::pieces_len(&data), 108);
+    /// assert_eq!(SFrame::pieces_len(b"no SFrame"), 0);
+    /// ```
+    pub fn pieces_len(data: &[u8]) -> usize {
+        Self::walk_pieces(data).1
+    }
+
+    /// The number of pieces whose headers chain from the start, and where
+    /// the last one ends.
+    fn walk_pieces(data: &[u8]) -> (usize, usize) {
+        let (mut count, mut end) = (0, 0);
         let mut at = Some(0);
         while let Some(h) = at.and_then(|a| Header::parse(data, a).ok()) {
             count += 1;
+            end = h.end;
             at = super::next_piece(data, h.end);
         }
-        count
+        (count, end)
     }
 
     /// This section, looking pcs up through an index of its pieces built

@@ -7,9 +7,8 @@
 //!
 //! A section may be several complete sections laid end to end: rust-lld and
 //! mold concatenate the per-object `.sframe` sections without merging them.
-//! Each piece is read on its own. A concatenation is accepted only when every
-//! piece has `SFRAME_F_FDE_FUNC_START_PCREL`: without it, start addresses
-//! count from a section start the linker never fixed up. A lookup searches
+//! Each piece is read on its own, with its start addresses counted from the
+//! base its producer used ([`Header::field_relative`]). A lookup searches
 //! the pieces in turn, or, through an index of them sorted by address built
 //! in memory the caller gives ([`SFrame::with_piece_index`]), only the
 //! pieces whose functions span the pc.
@@ -187,12 +186,6 @@ pub enum Error {
         /// Where the odd piece's header is.
         piece: usize,
     },
-    /// A piece of a concatenation lacks `SFRAME_F_FDE_FUNC_START_PCREL`: its
-    /// start addresses cannot be trusted.
-    ConcatenatedWithoutPcrel {
-        /// Where the piece's header is.
-        piece: usize,
-    },
     /// Bytes after a piece that are neither zero padding nor another header.
     TrailingGarbage {
         /// Where they start.
@@ -262,10 +255,6 @@ impl core::fmt::Display for Error {
             Error::MixedAbi { piece } => {
                 write!(f, "the SFrame piece at {piece:#x} has a different ABI")
             }
-            Error::ConcatenatedWithoutPcrel { piece } => write!(
-                f,
-                "the SFrame piece at {piece:#x} of a concatenation lacks SFRAME_F_FDE_FUNC_START_PCREL"
-            ),
             Error::TrailingGarbage { offset } => {
                 write!(f, "unexpected bytes at {offset:#x} after an SFrame piece")
             }
@@ -451,7 +440,6 @@ impl<'a> SFrame<'a> {
         let mut pieces = 0u32;
         let mut unsorted = 0u64;
         let mut range = None;
-        let mut without_pcrel = None;
         loop {
             if h.abi != first.abi {
                 return Err(Error::MixedAbi { piece: h.at });
@@ -461,9 +449,6 @@ impl<'a> SFrame<'a> {
                 unsorted |= unsorted_bit(pieces);
             }
             range = merge(range, summary.range);
-            if !h.pcrel() && without_pcrel.is_none() {
-                without_pcrel = Some(h.at);
-            }
             pieces += 1;
             match next_piece(data, h.end) {
                 None => break,
@@ -476,9 +461,6 @@ impl<'a> SFrame<'a> {
                     })?
                 }
             }
-        }
-        if let (true, Some(piece)) = (pieces > 1, without_pcrel) {
-            return Err(Error::ConcatenatedWithoutPcrel { piece });
         }
         let mut sframe = SFrame {
             data,
