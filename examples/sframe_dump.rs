@@ -4,7 +4,7 @@
 //! old to read version 2 or 3.
 //!
 //! ```text
-//! sframe_dump FILE                     # an ELF file: PT_GNU_SFRAME, else .sframe
+//! sframe_dump FILE                     # an ELF file, read as the walker reads it
 //! sframe_dump --raw FILE --base ADDR   # the bare section, loaded at ADDR
 //! ```
 //!
@@ -32,25 +32,32 @@ fn parse_addr(s: &str) -> Option<u64> {
     }
 }
 
-/// The `.sframe` bytes of an ELF file and their address: the merged
-/// `PT_GNU_SFRAME` segment of GNU ld, else the `.sframe` section (lld, mold).
+/// The SFrame bytes of an ELF file and their address, as the walker finds
+/// them: the run of `.sframe` and the `.sframe.*` sections beside it (the
+/// shipped linker script's `.sframe.c` and `.sframe.rust`), else GNU ld's
+/// `PT_GNU_SFRAME` segment, trimmed to the pieces it holds (ld 2.40 makes it
+/// too large).
 fn sframe_of_elf(file: &[u8]) -> Result<(&[u8], u64), String> {
     let elf = ElfFile::parse(file).map_err(|e| e.to_string())?;
     let slice = |off: u64, len: u64| {
         let off = usize::try_from(off).ok()?;
         file.get(off..off.checked_add(usize::try_from(len).ok()?)?)
     };
-    if let Some(ph) = elf.program_headers().find(|ph| ph.p_type == PT_GNU_SFRAME) {
-        let data = slice(ph.offset, ph.filesz).ok_or("PT_GNU_SFRAME lies outside the file")?;
-        return Ok((data, ph.vaddr));
+    if let Some((addr, len)) = elf.sframe_extent() {
+        // The run lies in one section's file range and those after it.
+        let first = elf
+            .sections()
+            .find(|s| s.addr == addr)
+            .ok_or("no section starts the SFrame run")?;
+        let data = slice(first.offset, len).ok_or("the SFrame sections lie outside the file")?;
+        return Ok((data, addr));
     }
-    let s = elf
-        .section_by_name(b".sframe")
-        .ok_or("no PT_GNU_SFRAME segment and no .sframe section")?;
-    let data = elf
-        .section_data(&s)
-        .ok_or(".sframe lies outside the file")?;
-    Ok((data, s.addr))
+    let ph = elf
+        .program_headers()
+        .find(|ph| ph.p_type == PT_GNU_SFRAME)
+        .ok_or("no .sframe section and no PT_GNU_SFRAME segment")?;
+    let data = slice(ph.offset, ph.filesz).ok_or("PT_GNU_SFRAME lies outside the file")?;
+    Ok((&data[..SFrame::pieces_len(data)], ph.vaddr))
 }
 
 fn header_text(out: &mut String, h: &Header) {
@@ -87,6 +94,14 @@ fn header_text(out: &mut String, h: &Header) {
     }
     let _ = writeln!(out, "    Num FDEs: {}", h.num_fdes);
     let _ = writeln!(out, "    Num FREs: {}", h.num_fres);
+    // Not objdump's: where the flags do not say which base the walker
+    // counts function starts from (objdump 2.40 takes the section's).
+    if h.field_relative() && !h.pcrel() {
+        let _ = writeln!(
+            out,
+            "    Starts relative to: each FDE's field (an assembler's piece: unflagged, unsorted)"
+        );
+    }
 }
 
 /// objdump's name for a DWARF register in a FLEX rule.

@@ -286,6 +286,12 @@ struct Tally {
 /// Checks every SFrame function of `sframe` against the CFI in `file`, at
 /// every instruction boundary.
 fn compare_with_cfi(exe: &Path, file: &[u8], sframe: &SFrame<'_>) -> Tally {
+    // Every FDE of every piece starts at a function symbol.
+    let starts = sframe_support::fde_starts(exe).expect("SFrame");
+    assert!(
+        starts.fdes > 0 && starts.off_symbol.is_empty(),
+        "{exe:?}: {starts:x?}"
+    );
     let abi = sframe.abi();
     let regs = arch(abi);
     let cfi = Cfi::new(file, abi);
@@ -592,7 +598,10 @@ fn rustc_and_rust_lld_give_concatenated_pcrel_version_2_matching_the_cfi() {
         elf.program_headers().all(|p| p.p_type != PT_GNU_SFRAME),
         "lld makes no PT_GNU_SFRAME"
     );
-    let section = elf.section_by_name(b".sframe").expect(".sframe kept");
+    // The script routes every object's pieces to `.sframe.rust` (none is
+    // a static library's member).
+    let section = elf.section_by_name(b".sframe.rust").expect("SFrame kept");
+    assert_eq!(elf.sframe_extent(), Some((section.addr, section.size)));
     let data = elf.section_data(&section).unwrap();
     let sframe = SFrame::parse(data, section.addr).unwrap();
     assert!(sframe.piece_count() >= 2, "{}", sframe.piece_count());
@@ -617,4 +626,61 @@ fn rustc_and_rust_lld_give_concatenated_pcrel_version_2_matching_the_cfi() {
     assert!(t.functions >= 10 && t.pcs > 200 && t.fp_saved > 0, "{t:?}");
     assert!(t.word_sizes.contains(&2), "{t:?}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The newest build of each test and example binary of this run's
+/// target directory.
+fn built_binaries() -> Vec<PathBuf> {
+    use std::collections::BTreeMap;
+    use std::os::unix::fs::PermissionsExt;
+    let deps = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let examples = deps.parent().unwrap().join("examples");
+    let mut newest: BTreeMap<String, (std::time::SystemTime, PathBuf)> = BTreeMap::new();
+    for dir in [deps, examples] {
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = e.path();
+            let meta = e.metadata().unwrap();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 || name.contains('.') {
+                continue;
+            }
+            let key = format!(
+                "{}/{}",
+                dir.display(),
+                name.rsplit_once('-').map_or(&*name, |p| p.0)
+            );
+            let t = meta.modified().unwrap();
+            if newest.get(&key).is_none_or(|(old, _)| t > *old) {
+                newest.insert(key, (t, path));
+            }
+        }
+    }
+    newest.into_values().map(|(_, p)| p).collect()
+}
+
+#[test]
+fn every_fde_of_the_test_binaries_starts_at_a_function_symbol() {
+    // Linked by GNU ld with link/sframe-merge.ld: the C fixtures' pieces
+    // merged into one sorted table, its starts relative to its header.
+    let mut checked = 0;
+    for exe in built_binaries() {
+        let Some(starts) = sframe_support::fde_starts(&exe) else {
+            continue;
+        };
+        if starts.fdes == 0 {
+            continue;
+        }
+        assert_eq!(starts.pieces.len(), 1, "{exe:?}: {starts:x?}");
+        assert!(!starts.pieces[0].2, "{exe:?}: {starts:x?}");
+        assert!(starts.off_symbol.is_empty(), "{exe:?}: {starts:x?}");
+        checked += 1;
+    }
+    // The binaries that link the fixtures: tests and examples (not all
+    // are built when a single test is run).
+    assert!(checked >= 1, "{checked}");
+    eprintln!("{checked} binaries: every FDE starts at a function symbol");
 }

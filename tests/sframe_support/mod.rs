@@ -283,3 +283,68 @@ fn value(b: &[u8], i: &mut usize) -> Json {
         }
     }
 }
+
+/// What [`fde_starts`] found in one linked file: the SFrame run the walker
+/// reads (the section headers' `.sframe` and `.sframe.*` sections,
+/// [`stackmark::formats::elf::ElfFile::sframe_extent`]), its pieces, and
+/// the FDEs whose start is no function symbol's address.
+#[derive(Debug)]
+pub struct FdeStarts {
+    /// Link-time address of the run.
+    pub addr: u64,
+    /// `(version, PCREL flag, read as field-relative, FDEs)` of each piece.
+    pub pieces: Vec<(u8, bool, bool, u32)>,
+    /// How many FDEs the pieces hold.
+    pub fdes: usize,
+    /// The starts that are no `STT_FUNC` symbol's address (`.symtab` and
+    /// `.dynsym`) nor in a PLT section.
+    pub off_symbol: Vec<u64>,
+}
+
+/// Reads the SFrame run of the ELF file `path` as the walker does and
+/// checks every FDE of every piece against the file's function symbols.
+/// `None` when the file has no SFrame.
+pub fn fde_starts(path: &Path) -> Option<FdeStarts> {
+    use object::{Object, ObjectSection, ObjectSymbol};
+    use stackmark::formats::elf::ElfFile;
+    use stackmark::formats::sframe::SFrame;
+    let data = std::fs::read(path).unwrap();
+    let (addr, len) = ElfFile::parse(&data).ok()?.sframe_extent()?;
+    let file = object::File::parse(&*data).unwrap();
+    // The run lies in one loaded segment, laid out in the file as in memory.
+    let sec = file
+        .sections()
+        .find(|s| s.address() <= addr && addr < s.address() + s.size())?;
+    let (off, _) = sec.file_range()?;
+    let at = (off + addr - sec.address()) as usize;
+    let bytes = &data[at..at + len as usize];
+    let sframe = SFrame::parse(bytes, addr).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+    // GNU ld adds FDEs for the PLT (its first entry, then the rest), which
+    // no symbol names.
+    let plt: Vec<(u64, u64)> = file
+        .sections()
+        .filter(|s| s.name().is_ok_and(|n| n.starts_with(".plt")))
+        .map(|s| (s.address(), s.address() + s.size()))
+        .collect();
+    let funcs: std::collections::BTreeSet<u64> = file
+        .symbols()
+        .chain(file.dynamic_symbols())
+        .filter(|s| s.kind() == object::SymbolKind::Text && s.address() != 0)
+        .map(|s| s.address())
+        .collect();
+    let on_symbol = |a: u64| funcs.contains(&a) || plt.iter().any(|&(lo, hi)| lo <= a && a < hi);
+    let pieces = sframe
+        .pieces()
+        .map(|p| {
+            let h = p.header();
+            (h.version, h.pcrel(), h.field_relative(), h.num_fdes)
+        })
+        .collect();
+    let starts: Vec<u64> = sframe.functions().map(|f| f.fde.start).collect();
+    Some(FdeStarts {
+        addr,
+        pieces,
+        fdes: starts.len(),
+        off_symbol: starts.into_iter().filter(|&s| !on_symbol(s)).collect(),
+    })
+}

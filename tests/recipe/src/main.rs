@@ -1,27 +1,56 @@
-//! Walks its own stack through Rust functions built without frame pointers
-//! but with SFrame (the README recipe), and prints each frame as
-//! `<module-relative pc> <method> <precise>` for the test to resolve.
+//! Calls into a C library built by `cc` with SFrame and without frame
+//! pointers, and, from the Rust callback the C code calls, walks the stack
+//! with stackmark and with libgcc's `_Unwind_Backtrace`. Prints both lists
+//! for tests/recipe.rs to compare:
+//! - `module <name> sframe <bool> pieces <n> indexed <bool>` for the program;
+//! - `ours <pc> <method> <precise> <module-offset>` per stackmark frame;
+//! - `libgcc <pc> <module-offset>` per libgcc return address.
 
 use std::hint::black_box;
 
+extern "C" {
+    fn cdep_outer(f: extern "C" fn(u64) -> u64, x: u64) -> u64;
+}
+
+/// `name+0xoffset` of `pc`, or `?` outside every module.
+fn place(table: &stackmark::modules::Table, pc: u64) -> String {
+    match table.module_for_addr(pc) {
+        Some(m) => {
+            let name = String::from_utf8_lossy(m.name());
+            format!("{}+{:#x}", name.rsplit('/').next().unwrap_or(""), pc - m.bias)
+        }
+        None => "?".to_string(),
+    }
+}
+
 #[inline(never)]
-fn recipe_level_3(x: u64) -> u64 {
-    let mut frames = [stackmark::Frame::default(); 64];
+extern "C" fn recipe_callback(x: u64) -> u64 {
+    let mut frames = [stackmark::Frame::default(); 128];
     let n = stackmark::walk_here(&mut frames);
+    let mut libgcc = Vec::with_capacity(128);
+    backtrace::trace(|f| {
+        let ip = f.ip() as u64;
+        if ip != 0 {
+            libgcc.push(ip);
+        }
+        ip != 0 && libgcc.len() < 128
+    });
     let table = stackmark::modules::current().expect("table");
     let exe = &table.modules()[0];
-    println!("sframe {}", exe.sframe().is_some());
-    // One piece per object, so the table looks pcs up through a piece index.
-    let pieces = exe.sframe().map_or(0, |s| s.piece_count());
-    let indexed = exe.sframe().is_some_and(|s| s.is_indexed());
-    println!("pieces {pieces} indexed {indexed}");
+    let sframe = exe.sframe();
+    println!(
+        "module {} sframe {} pieces {} indexed {}",
+        String::from_utf8_lossy(exe.name()),
+        sframe.is_some(),
+        sframe.map_or(0, |s| s.piece_count()),
+        sframe.is_some_and(|s| s.is_indexed())
+    );
     for f in &frames[..n] {
-        match table.module_for_addr(f.lookup_pc()) {
-            Some(m) if m.bias == exe.bias && m.name() == exe.name() => {
-                println!("frame {:#x} {} {}", f.lookup_pc() - m.bias, f.method.name(), f.precise)
-            }
-            _ => println!("frame ext {} {}", f.method.name(), f.precise),
-        }
+        let look = f.lookup_pc();
+        println!("ours {:#x} {} {} {}", f.pc, f.method.name(), f.precise, place(&table, look));
+    }
+    for &pc in &libgcc {
+        println!("libgcc {:#x} {}", pc, place(&table, pc.wrapping_sub(1)));
     }
     black_box(x) + n as u64
 }
@@ -29,7 +58,8 @@ fn recipe_level_3(x: u64) -> u64 {
 #[inline(never)]
 fn recipe_level_2(x: u64) -> u64 {
     let v = black_box([x; 4]);
-    recipe_level_3(v[1]) + v[2]
+    // SAFETY: cdep_outer only calls the callback it is given.
+    unsafe { cdep_outer(recipe_callback, v[1]) + v[2] }
 }
 
 #[inline(never)]
