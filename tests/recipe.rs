@@ -3,8 +3,9 @@
 //! frame pointers and with `-Wa,--gsframe` (GNU as 2.40: version 1,
 //! `SHT_PROGBITS`), Rust code with `-C llvm-args=--gsframe` (LLVM: version
 //! 2, PCREL, `SHT_GNU_SFRAME`), and the one `build.rs` line that links
-//! `link/sframe.ld`. Built on x86_64 with rust-lld (the default) and with
-//! GNU ld, and for AArch64 with GNU ld (the cross default) and with lld, it
+//! `link/sframe.ld`. Built on x86_64 with rust-lld (the default), with GNU
+//! ld and with mold (which takes no script, but `--no-gc-sections`), and
+//! for AArch64 with GNU ld (the cross default) and with lld, it
 //! must link, its every FDE must start at a function symbol, and the walk
 //! from the Rust callback the C code calls must equal libgcc's
 //! `_Unwind_Backtrace`, frame for frame, with the C frames and the crate's
@@ -299,7 +300,7 @@ fn objdump_misreads_gas_pieces(exe: &Path, objdump: &str) {
 }
 
 #[test]
-fn recipe_on_x86_64_with_rust_lld_and_gnu_ld() {
+fn recipe_on_x86_64_with_rust_lld_gnu_ld_and_mold() {
     let lld = build(None, None);
     let dir = lld.parent().unwrap();
     // Depending on stackmark builds none of its test fixtures.
@@ -337,6 +338,18 @@ fn recipe_on_x86_64_with_rust_lld_and_gnu_ld() {
     );
     check("x86_64, GNU ld", &bfd, false);
     objdump_misreads_gas_pieces(&bfd, "objdump");
+
+    // mold reads no SECTIONS script: without section garbage collection it
+    // keeps both kinds, in two sections called `.sframe`, side by side.
+    let mold = build(None, Some("mold"));
+    let data = std::fs::read(&mold).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    let named: Vec<_> = file
+        .sections()
+        .filter(|s| s.name() == Ok(".sframe"))
+        .collect();
+    assert_eq!(named.len(), 2, "mold's SFrame sections");
+    check("x86_64, mold", &mold, false);
 }
 
 #[test]
