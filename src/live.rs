@@ -139,13 +139,24 @@ pub(crate) fn walk_for_report(regs: Regs, precise: bool, out: &mut [Frame]) -> (
     (n, n == out.len() && w.fill(&mut [Frame::default()]) == 1)
 }
 
+/// The default options with `out`'s length as the depth limit: the walks
+/// that take no options fill the buffer they are given, however long.
+fn filling(out: &[Frame]) -> WalkOptions {
+    WalkOptions {
+        max_depth: out.len(),
+        ..WalkOptions::default()
+    }
+}
+
 /// Walks the calling thread's stack from the caller of this function into
 /// `out`; returns the number of frames written. Frame 0 is the function
-/// that calls `walk_here`, at the call instruction (precise, `:pc`).
+/// that calls `walk_here`, at the call instruction (precise, `:pc`). The
+/// walk goes on until the stack ends or `out` is full: `out`'s length is
+/// the depth limit.
 #[inline(always)]
 pub fn walk_here(out: &mut [Frame]) -> usize {
     let (regs, precise) = capture_here();
-    walk_from(regs, precise, WalkOptions::default(), out)
+    walk_from(regs, precise, filling(out), out)
 }
 
 /// Captures the calling function's registers with the pc at the call
@@ -189,7 +200,8 @@ pub unsafe fn regs_from_ucontext(uc: *const c_void) -> Regs {
 }
 
 /// Walks from a signal handler's `ucontext_t` into `out`: frame 0 is the
-/// interrupted instruction (precise). Allocation-free, lock-free and
+/// interrupted instruction (precise). Like [`walk_here`], it stops where
+/// the stack ends or `out` is full. Allocation-free, lock-free and
 /// async-signal-safe.
 ///
 /// # Safety
@@ -198,5 +210,5 @@ pub unsafe fn regs_from_ucontext(uc: *const c_void) -> Regs {
 pub unsafe fn walk_ucontext(uc: *const c_void, out: &mut [Frame]) -> usize {
     // SAFETY: forwarded from the caller.
     let regs = unsafe { regs_from_ucontext(uc) };
-    walk_from(regs, true, WalkOptions::default(), out)
+    walk_from(regs, true, filling(out), out)
 }

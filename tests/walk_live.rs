@@ -614,3 +614,39 @@ fn walks_out_of_a_leaf_interrupted_by_a_signal_with_the_return_address_in_a_regi
     assert!(frames[0].precise);
     assert_eq!(frames[1].method, Method::SFrame, "{frames:#?}");
 }
+
+/// Recurses `n` times through C (SFrame), then walks into a buffer of
+/// `len` frames; returns the frames written.
+fn walk_at_depth(n: u64, len: usize) -> Vec<Frame> {
+    static BUF: Mutex<Vec<Frame>> = Mutex::new(Vec::new());
+    static WRITTEN: Mutex<usize> = Mutex::new(0);
+    *BUF.lock().unwrap() = vec![Frame::default(); len];
+    extern "C" fn walk(x: u64) -> u64 {
+        let mut b = BUF.lock().unwrap();
+        *WRITTEN.lock().unwrap() = stackmark::walk_here(&mut b[..]);
+        black_box(x)
+    }
+    // SAFETY: c_recurse calls `walk` at the bottom and returns.
+    black_box(unsafe { fx::c_recurse(walk, n) });
+    let n = *WRITTEN.lock().unwrap();
+    BUF.lock().unwrap()[..n].to_vec()
+}
+
+#[test]
+fn a_walk_fills_the_buffer_it_is_given_past_256_frames() {
+    setup();
+    // About 400 frames deep: a 512-frame buffer holds them all, down to
+    // the test thread's start, and a 300-frame one is filled to the last
+    // slot.
+    let big = walk_at_depth(400, 512);
+    assert!(big.len() > 400 && big.len() < 512, "{}", big.len());
+    let got = names(&big);
+    assert!(
+        got.iter().any(|f| f == "walk_at_depth") && got.iter().any(|f| f.contains("thread_start")),
+        "{got:?}"
+    );
+    let small = walk_at_depth(400, 300);
+    assert_eq!(small.len(), 300);
+    let pcs = |f: &[Frame]| f.iter().map(|f| f.pc).collect::<Vec<_>>();
+    assert_eq!(pcs(&small), pcs(&big[..300]));
+}

@@ -435,7 +435,8 @@ impl CodeMap for SnapshotCode<'_> {
 /// Limits and switches for one walk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WalkOptions {
-    /// The most frames to produce.
+    /// The most frames to produce: 256 by default. `walk_here` and
+    /// `walk_ucontext` take the length of the buffer they fill instead.
     pub max_depth: usize,
     /// Use unwind tables (SFrame, compact unwind). Off gives a frame-pointer
     /// walk, for comparison.
