@@ -44,7 +44,49 @@ mod bench {
             });
         }
         qsort_stack(&mut c);
+        distinct_stacks(&mut c);
         c.final_summary();
+    }
+
+    /// The stacks of distinct functions `benches/walk.rs` walks, after
+    /// checking that libunwind walks the frames stackmark does.
+    fn distinct_stacks(c: &mut Criterion) {
+        use stackmark_fixtures::{at_distinct_depth, Chain};
+        let full = stackmark::WalkOptions {
+            max_depth: 512,
+            ..Default::default()
+        };
+        let mut failure = None;
+        for (chain, name) in [
+            (Chain::Sframe, "distinct"),
+            (Chain::FramePointers, "distinct-fp"),
+        ] {
+            for depth in [16usize, 64, 256] {
+                at_distinct_depth(chain, depth, &mut || {
+                    let mut buf = [std::ptr::null_mut::<c_void>(); 512];
+                    // SAFETY: the buffer holds 512 pointers.
+                    let n = unsafe { unw_backtrace(buf.as_mut_ptr(), 512) };
+                    let (regs, precise) = stackmark::capture_here();
+                    let mut frames = [stackmark::Frame::default(); 512];
+                    let m = stackmark::walk_from(regs, precise, full, &mut frames);
+                    let theirs: Vec<u64> = buf[..n.max(0) as usize]
+                        .iter()
+                        .map(|&pc| pc as u64)
+                        .collect();
+                    if let Err(e) = common::same_frames("libunwind", &frames[..m], 1, &theirs) {
+                        return failure = Some(format!("{name} {depth}: {e}"));
+                    }
+                    eprintln!("{name} {depth}: libunwind {n} frames");
+                    c.bench_function(&format!("{name}{depth}/libunwind"), |b| {
+                        // SAFETY: as above.
+                        b.iter(|| unsafe { unw_backtrace(buf.as_mut_ptr(), 512) })
+                    });
+                });
+                if let Some(e) = failure.take() {
+                    panic!("{e}");
+                }
+            }
+        }
     }
 
     /// The stack through the C library ([`common::at_qsort_depth`]), after

@@ -1,6 +1,10 @@
-//! Walk speed, side by side in one run, on the same stacks: a recursion in C
-//! that has both SFrame and frame pointers (`c_bench_recurse`), 16, 64 and
-//! 256 frames deep (plus the harness's own frames below it).
+//! Walk speed, side by side in one run, on the same stacks. First, stacks
+//! of distinct functions, as real stacks are (`distinct{16,64,256}`, with
+//! SFrame and no frame pointers; `distinct-fp{16,64,256}`, with frame
+//! pointers and no SFrame: `distinct_stacks`). Then a recursion in C that
+//! has both SFrame and frame pointers (`c_bench_recurse`), 16, 64 and 256
+//! frames deep (plus the harness's own frames below it), kept as a row of
+//! its own:
 //!
 //! * `stackmark/sframe`: the full walk (SFrame, then frame pointers);
 //! * `stackmark/fp`: the same walker with tables off (frame pointers only);
@@ -419,8 +423,82 @@ mod bench {
         }
     }
 
+    /// Stacks of distinct functions ([`stackmark_fixtures::at_distinct_depth`]):
+    /// 16, 64 and 256 generated C functions, with a Rust frame after every
+    /// sixteenth, once built with SFrame and no frame pointers
+    /// (`distinct{depth}`) and once with frame pointers and no SFrame
+    /// (`distinct-fp{depth}`, where stackmark walks with its tables off).
+    /// Checks first that framehop and libgcc walk the frames stackmark does.
+    #[inline(never)]
+    fn distinct_stacks(c: &mut Criterion, full: WalkOptions) {
+        use stackmark_fixtures::{at_distinct_depth, Chain};
+        #[cfg(target_arch = "x86_64")]
+        let mut framehop = fh::Framehop::with_every_module();
+        let fp_only = WalkOptions {
+            use_tables: false,
+            ..full
+        };
+        let mut failure = None;
+        for (chain, name, opts, ours) in [
+            (Chain::Sframe, "distinct", full, "stackmark/sframe"),
+            (Chain::FramePointers, "distinct-fp", fp_only, "stackmark/fp"),
+        ] {
+            for depth in [16usize, 64, 256] {
+                at_distinct_depth(chain, depth, &mut || {
+                    let (regs, precise) = stackmark::capture_here();
+                    let mut frames = [Frame::default(); 512];
+                    let n = stackmark::walk_from(regs, precise, opts, &mut frames);
+                    eprintln!("{name} {depth}: {ours} {n} frames");
+                    let libgcc = common::libgcc_pcs();
+                    if let Err(e) = common::same_frames("libgcc", &frames[..n], 1, &libgcc) {
+                        return failure = Some(format!("{name} {depth}: {e}"));
+                    }
+                    #[cfg(target_arch = "x86_64")]
+                    {
+                        let theirs = framehop.frames(regs.rip, regs.rsp, regs.rbp);
+                        if let Err(e) = common::same_frames("framehop", &frames[..n], 0, &theirs) {
+                            return failure = Some(format!("{name} {depth}: {e}"));
+                        }
+                        eprintln!("{name} {depth}: framehop {} frames", theirs.len());
+                    }
+                    let mut group = c.benchmark_group(format!("{name}{depth}"));
+                    group.bench_function(ours, |b| {
+                        b.iter(|| stackmark::walk_from(regs, precise, opts, &mut frames))
+                    });
+                    if chain == Chain::Sframe {
+                        group.bench_function("stackmark/sframe-cold", |b| {
+                            b.iter_batched(
+                                || {
+                                    stackmark::clear_caches();
+                                },
+                                |_| stackmark::walk_from(regs, precise, opts, &mut frames),
+                                BatchSize::PerIteration,
+                            )
+                        });
+                    }
+                    #[cfg(target_arch = "x86_64")]
+                    group.bench_function("framehop", |b| {
+                        b.iter(|| framehop.walk(regs.rip, regs.rsp, regs.rbp))
+                    });
+                    group.finish();
+                });
+                if let Some(e) = failure.take() {
+                    panic!("{e}");
+                }
+            }
+        }
+    }
+
     pub fn main() {
         let mut c = config().configure_from_args();
+        stackmark::init().unwrap();
+        distinct_stacks(
+            &mut c,
+            WalkOptions {
+                max_depth: 512,
+                ..WalkOptions::default()
+            },
+        );
         walks(&mut c);
         report_and_init(&mut c);
         concatenated_lookups(&mut c);

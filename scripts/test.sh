@@ -30,8 +30,9 @@ run_tests() { timeout --kill-after=30 1200 cargo test "$@" 2>&1 | tee -a "$LOG";
 # clone3, only with its debug symbols). libstdc++6 and libstdc++6-arm64-cross:
 # tests/cfi_conformance.rs reads their .eh_frame (the cross one otherwise
 # comes only as a dependency). mold: tests/recipe.rs links with it.
+# valgrind: scripts/bench-goals.sh counts instructions with callgrind.
 PACKAGES=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user llvm-16 llvm-19 clang-16 lld-16
-  libunwind-dev binutils gdb libc6-dbg libstdc++6 libstdc++6-arm64-cross mold)
+  libunwind-dev binutils gdb libc6-dbg libstdc++6 libstdc++6-arm64-cross mold valgrind)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

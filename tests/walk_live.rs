@@ -650,3 +650,89 @@ fn a_walk_fills_the_buffer_it_is_given_past_256_frames() {
     let pcs = |f: &[Frame]| f.iter().map(|f| f.pc).collect::<Vec<_>>();
     assert_eq!(pcs(&small), pcs(&big[..300]));
 }
+
+/// The benchmarks' stacks of distinct functions (`fx::at_distinct_depth`):
+/// every C function once, in order, a Rust `hop` after every sixteenth,
+/// each C frame unwound by its SFrame rows (or, in the frame-pointer build,
+/// by its CFI, and by frame pointers when tables are off), equal to
+/// libgcc's walk.
+#[test]
+fn the_distinct_benchmark_chains_walk_function_by_function() {
+    setup();
+    for (chain, prefix) in [
+        (fx::Chain::Sframe, "dcs_"),
+        (fx::Chain::FramePointers, "dcf_"),
+    ] {
+        let mut frames = Vec::new();
+        let mut fp_only = Vec::new();
+        let mut libgcc = Vec::new();
+        fx::at_distinct_depth(chain, 40, &mut || {
+            let (regs, precise) = stackmark::capture_here();
+            let mut buf = [Frame::default(); 512];
+            let n =
+                stackmark::walk_from(regs, precise, stackmark::WalkOptions::default(), &mut buf);
+            frames = buf[..n].to_vec();
+            let opts = stackmark::WalkOptions {
+                use_tables: false,
+                ..Default::default()
+            };
+            let n = stackmark::walk_from(regs, precise, opts, &mut buf);
+            fp_only = buf[..n].to_vec();
+            libgcc = common::libgcc_trace();
+        });
+        let got = names(&frames);
+        // dc_216 .. dc_255: a hop after dc_223, dc_239 (and the end).
+        let mut want = Vec::new();
+        for i in (216..256).rev() {
+            if i % 16 == 15 && i != 255 {
+                want.push("hop".to_string());
+            }
+            want.push(format!("{prefix}{i}"));
+        }
+        let start = got
+            .iter()
+            .position(|n| n == &format!("{prefix}255"))
+            .unwrap();
+        let chain_names: Vec<String> = got[start..start + want.len()]
+            .iter()
+            .map(|n| {
+                if n.contains("hop") {
+                    "hop".into()
+                } else {
+                    n.clone()
+                }
+            })
+            .collect();
+        assert_eq!(chain_names, want, "{got:?}");
+        // The frame after each C frame says how the C frame was unwound.
+        let want_method = match chain {
+            fx::Chain::Sframe => Method::SFrame,
+            fx::Chain::FramePointers => Method::Cfi,
+        };
+        for i in start..start + want.len() {
+            if got[i].starts_with(prefix) {
+                assert_eq!(
+                    frames[i + 1].method,
+                    want_method,
+                    "after {}: {got:?}",
+                    got[i]
+                );
+            }
+        }
+        // Without tables, frame pointers give the same frames through the
+        // frame-pointer build.
+        if chain == fx::Chain::FramePointers {
+            let pcs = |f: &[Frame]| {
+                f[1..start + want.len()]
+                    .iter()
+                    .map(|f| f.pc)
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(pcs(&fp_only), pcs(&frames));
+        }
+        // libgcc agrees from the closure's caller on.
+        let at = libgcc.iter().position(|&pc| pc == frames[1].pc).unwrap();
+        let ours: Vec<u64> = frames[1..].iter().map(|f| f.pc).collect();
+        assert_eq!(ours, libgcc[at..].to_vec(), "{got:?}");
+    }
+}

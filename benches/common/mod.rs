@@ -162,3 +162,32 @@ pub fn methods(frames: &[stackmark::Frame]) -> Result<String, String> {
         .collect::<Vec<_>>()
         .join(", "))
 }
+
+/// libgcc's return addresses (`_Unwind_Backtrace`, through the `backtrace`
+/// crate) from the caller of this function on: the list starts with the
+/// return address into the caller, as stackmark's frame 1 is.
+// Used by benches/walk.rs alone.
+#[allow(dead_code)]
+#[inline(never)]
+pub fn libgcc_pcs() -> Vec<u64> {
+    let mut ips = Vec::with_capacity(512);
+    backtrace::trace(|f| {
+        ips.push(f.ip() as u64);
+        ips.len() < 512
+    });
+    // Drop the frames of `backtrace::trace` and of this function: the
+    // first return address into this function's caller is where the
+    // caller's walk (its frame 1) starts.
+    let own = ips.iter().position(|&ip| {
+        let here = libgcc_pcs as *const () as usize as u64;
+        ip > here && ip < here + 4096
+    });
+    match own {
+        Some(i) => ips
+            .split_off(i + 1)
+            .into_iter()
+            .filter(|&ip| ip != 0)
+            .collect(),
+        None => ips,
+    }
+}
