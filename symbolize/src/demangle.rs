@@ -23,19 +23,35 @@ pub fn demangle(name: &str) -> String {
 }
 
 fn itanium(name: &str) -> Option<String> {
-    // A clone suffix (`.llvm.1234`, `.cold`) follows the mangled name;
-    // LLVM prints it after the name in parentheses.
-    let (mangled, suffix) = match name.find('.') {
-        Some(i) => (&name[..i], Some(&name[i..])),
-        None => (name, None),
-    };
-    let sym = cpp_demangle::Symbol::new(mangled).ok()?;
-    let opts = cpp_demangle::DemangleOptions::new();
-    let mut d = sym.demangle_with_options(&opts).ok()?;
-    if let Some(s) = suffix {
-        d.push_str(&format!(" ({s})"));
+    // A clone suffix (`.llvm.1234`, `.cold`) may follow the mangled name,
+    // and LLVM prints it after the name in parentheses. A `.` can also sit
+    // inside an identifier (Rust's `vtable.shim`), so the suffix starts at
+    // the first `.` before which the name is a whole symbol and after
+    // which only suffix pieces follow.
+    for (i, _) in name.match_indices('.') {
+        let (mangled, suffix) = name.split_at(i);
+        if is_clone_suffix(suffix) {
+            if let Some(d) = itanium_whole(mangled) {
+                return Some(format!("{d} ({suffix})"));
+            }
+        }
     }
-    Some(d)
+    itanium_whole(name)
+}
+
+/// `.name` and `.123` pieces, one or more.
+fn is_clone_suffix(s: &str) -> bool {
+    s.split('.').skip(1).all(|p| {
+        !p.is_empty()
+            && (p.bytes().all(|b| b.is_ascii_alphabetic() || b == b'_')
+                || p.bytes().all(|b| b.is_ascii_digit()))
+    }) && s.starts_with('.')
+}
+
+fn itanium_whole(name: &str) -> Option<String> {
+    let sym = cpp_demangle::Symbol::new(name).ok()?;
+    let opts = cpp_demangle::DemangleOptions::new();
+    sym.demangle_with_options(&opts).ok()
 }
 
 #[cfg(test)]
@@ -55,6 +71,14 @@ mod tests {
         assert_eq!(
             demangle("_ZN3std2rt10lang_start28_$u7b$$u7b$closure$u7d$$u7d$17h6a2b1ac5322a0544E.llvm.13298522562053865401"),
             "std::rt::lang_start::_$u7b$$u7b$closure$u7d$$u7d$::h6a2b1ac5322a0544 (.llvm.13298522562053865401)"
+        );
+    }
+
+    #[test]
+    fn dots_inside_rust_identifiers_are_no_suffix() {
+        assert_eq!(
+            demangle("_ZN4core3ops8function6FnOnce40call_once$u7b$$u7b$vtable.shim$u7d$$u7d$17he8eb97f07587a439E"),
+            "core::ops::function::FnOnce::call_once$u7b$$u7b$vtable.shim$u7d$$u7d$::he8eb97f07587a439"
         );
     }
 

@@ -54,6 +54,8 @@ pub struct Filter {
     modules: HashMap<u64, Module>,
     /// Modules declared since the last summary, in order.
     pending: Vec<u64>,
+    /// A reset that forgot modules, to be shown before the next summary.
+    reset_pending: bool,
     cache: HashMap<(Vec<u8>, u64), Rc<Vec<SymFrame>>>,
     /// Modules already reported as without symbols.
     reported: std::collections::HashSet<Vec<u8>>,
@@ -79,6 +81,7 @@ impl Filter {
             mode,
             modules: HashMap::new(),
             pending: Vec::new(),
+            reset_pending: false,
             cache: HashMap::new(),
             reported: Default::default(),
             input: input.to_string(),
@@ -169,6 +172,8 @@ impl Filter {
     fn context(&mut self, e: Element) {
         match e {
             Element::Reset => {
+                // llvm-symbolizer says so when a reset forgets modules.
+                self.reset_pending |= !self.modules.is_empty();
                 self.modules.clear();
                 self.pending.clear();
             }
@@ -216,6 +221,9 @@ impl Filter {
         if self.mode != Mode::Log {
             self.pending.clear();
             return Ok(());
+        }
+        if std::mem::take(&mut self.reset_pending) {
+            out.write_all(b"[[[reset]]]\n")?;
         }
         for id in std::mem::take(&mut self.pending) {
             let Some(m) = self.modules.get(&id) else {
