@@ -322,9 +322,10 @@ impl Filter {
                         Ok((frames, where_)) => {
                             let n = frames.len();
                             if n == 0 {
+                                // As llvm-symbolizer: no name, no line.
                                 write!(
                                     out,
-                                    "{:>6}{:<4}{adjusted:#018x} ?? ({where_})",
+                                    "{:>6}{:<4}{adjusted:#018x} ({where_})",
                                     format!("#{frame}"),
                                     ""
                                 )?;

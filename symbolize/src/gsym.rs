@@ -192,7 +192,7 @@ impl Gsym {
             return err(
                 20,
                 format!(
-                    "string table {str_off}+{str_size} past the end of the file ({})",
+                    "truncated: the string table ({str_off}+{str_size}) ends past the end of the file ({})",
                     data.len()
                 ),
             );
