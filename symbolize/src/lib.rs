@@ -21,16 +21,5 @@ pub mod gsym;
 pub mod markup;
 pub mod sources;
 
-/// One frame of a symbolized address: a function, where in it, and nothing
-/// more. An address in inlined code gives several, innermost first.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SymFrame {
-    /// The function's name as the source stores it (possibly mangled).
-    pub function: Option<String>,
-    /// The source file, as the source stores it.
-    pub file: Option<String>,
-    /// The line, 0 when unknown.
-    pub line: u32,
-    /// The column, 0 when unknown (or when the format has none).
-    pub column: u32,
-}
+mod frame;
+pub use frame::SymFrame;
