@@ -65,7 +65,11 @@ impl<'a> Cursor<'a> {
                 self.pos = e;
                 Ok(b)
             }
-            _ => err(self.pos, format!("truncated: {what} needs {n} bytes")),
+            // The offset is where the data runs out, inside the file.
+            _ => err(
+                self.pos.min(self.end),
+                format!("truncated: {what} needs {n} bytes at {}", self.pos),
+            ),
         }
     }
 
@@ -299,6 +303,16 @@ impl Gsym {
         };
         let start = self.base.wrapping_add(self.addr_offset(i));
         let at = self.info_offset(i);
+        if at >= self.data.len() {
+            // Name the table entry that points outside the file.
+            return err(
+                self.infos_at + i * 4,
+                format!(
+                    "truncated: function info at {at} is past the end of the file ({})",
+                    self.data.len()
+                ),
+            );
+        }
         let mut c = Cursor::new(&self.data, at, self.data.len());
         let size = c.u32("function size")?;
         if addr - start >= u64::from(size).max(1) {
