@@ -559,6 +559,7 @@ fn check(name: &str, report: &str, min_frames: usize) {
             assert_eq!(got, want_text, "{err}");
         }
     }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn stderr_report(out: &Output) -> String {
@@ -670,6 +671,7 @@ fn a_profile_symbolizes_as_llvm_symbolizer_from_each_source_and_folds() {
             .collect();
         assert_eq!(names.split(';').collect::<Vec<_>>(), want, "{line}");
     }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -723,4 +725,5 @@ fn without_symbols_frames_stay_module_and_offset_and_the_sources_tried_are_named
         line.contains("/CB") || line.contains(".sym"),
         "the Breakpad path tried: {line}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
 }
