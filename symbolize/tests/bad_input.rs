@@ -233,3 +233,46 @@ fn walk(d: &Path) -> Vec<PathBuf> {
     }
     out
 }
+
+#[test]
+fn a_bad_command_line_prints_the_usage_and_fails_with_status_2() {
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_stackmark-symbolize"))
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    for args in [&["--sym", "x"][..], &["--gsym"], &["a.txt", "b.txt"]] {
+        let out = run(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("usage: stackmark-symbolize"),
+            "{args:?}"
+        );
+    }
+    let help = run(&["--help"]);
+    assert!(
+        help.status.success() && String::from_utf8_lossy(&help.stdout).contains("--breakpad DIR")
+    );
+    let missing = run(&["/nonexistent/report.txt"]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("/nonexistent/report.txt"));
+}
+
+#[test]
+fn options_take_their_directory_after_an_equals_sign_too() {
+    // Text without markup comes back as it was, whatever the sources.
+    let dir = workdir("equals");
+    let text = "no markup here\n{{{unknown:element}}} stays\n";
+    let (out, err, _) = ours(
+        &dir,
+        &[
+            &format!("--gsym={}", dir.display()),
+            "--breakpad=/nonexistent",
+        ],
+        text,
+    );
+    assert_eq!(out, text, "{err}");
+    assert!(err.is_empty(), "{err}");
+}
