@@ -243,6 +243,9 @@ impl SymFile {
         }
         let mut frames = Vec::with_capacity(chain.len() + 1);
         let (mut f, mut l) = match line {
+            // Line 0 (code the compiler made up) names no place, as in
+            // llvm-symbolizer.
+            Some(l) if l.line == 0 => (None, 0),
             Some(l) => (file(l.file), l.line),
             None => (None, 0),
         };

@@ -123,6 +123,10 @@ impl Dwarf {
                 .and_then(|n| n.raw_name().ok())
                 .map(|n| n.into_owned());
             let (file, line, column) = match &f.location {
+                // A line-table row with line 0 (code the compiler made up)
+                // names no place: llvm-symbolizer prints `<invalid>:0:0`
+                // for it, not the row's file.
+                Some(l) if l.line.is_none() && frames.is_empty() => (None, 0, 0),
                 Some(l) => (
                     l.file.map(str::to_string),
                     l.line.unwrap_or(0),

@@ -397,7 +397,6 @@ impl Gsym {
             }
         };
         loop {
-            let op_at = d.pos;
             let op = d.u8("line table opcode")?;
             let done = match op {
                 0 => true,
@@ -423,9 +422,10 @@ impl Gsym {
             if done {
                 break;
             }
-            let _ = op_at;
         }
         match found {
+            // Line 0 names no place, as in llvm-symbolizer.
+            Some((_, l)) if l <= 0 => Ok(Some((None, 0))),
             Some((f, l)) => Ok(Some((
                 self.file(f, d.pos)?,
                 l.clamp(0, u32::MAX as i64) as u32,
