@@ -61,6 +61,19 @@ for t in aarch64-unknown-linux-gnu x86_64-apple-darwin aarch64-apple-darwin; do
     rustup target add "$t"
   }
 done
+# Mozilla's dump_syms, pinned: symbolize/tests/ check stackmark-symbolize's
+# Breakpad source on the symbol files it writes. Built once (a few minutes
+# on 2 cores), without its symbol-server download support.
+DUMP_SYMS_VERSION=2.3.9
+if ! dump_syms --version 2>/dev/null | grep -qx "dump_syms $DUMP_SYMS_VERSION"; then
+  stage "installing dump_syms $DUMP_SYMS_VERSION"
+  install_dump_syms() {
+    cargo install dump_syms --locked --version "$DUMP_SYMS_VERSION" \
+      --no-default-features --features cli
+  }
+  # A registry that fails once must not fail the run.
+  install_dump_syms || { sleep 20; install_dump_syms; }
+fi
 rustup component list --installed | grep -q '^clippy' || rustup component add clippy
 rustup component list --installed | grep -q '^rustfmt' || rustup component add rustfmt
 
