@@ -11,7 +11,9 @@ use core::cell::UnsafeCell;
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering::SeqCst};
 
-use crate::markup::{FdSink, Markup, Scope};
+#[cfg(not(target_os = "linux"))]
+use crate::markup::Scope;
+use crate::markup::{FdSink, Markup};
 use crate::walk::Frame;
 
 /// The signals the crash handler reports.
@@ -105,6 +107,15 @@ impl ReportTurn {
     /// holds it already (a panic inside its own report) goes on.
     pub(crate) fn take() -> ReportTurn {
         ReportTurn(claim_turn(&OWNER, gettid(), PANIC_WAIT_MS) == Claim::Taken)
+    }
+
+    /// Waits for the turn as [`ReportTurn::take`] does; `None` if another
+    /// thread kept it, or this one holds it already (a dump inside its own
+    /// report would reuse the report's buffers).
+    #[cfg(target_os = "linux")]
+    pub(crate) fn take_or_none() -> Option<ReportTurn> {
+        let turn = ReportTurn::take();
+        turn.0.then_some(turn)
     }
 }
 
@@ -343,6 +354,10 @@ fn install(fd: Option<c_int>) -> Result<(), CrashError> {
     }
     install_altstack()?;
     forget_reports_in_child();
+    // Other threads in the report: reserved before the handlers that use
+    // it exist.
+    #[cfg(target_os = "linux")]
+    crate::threads::setup_default();
     if !INSTALLED.swap(true, SeqCst) {
         install_handlers()?;
         NEEDS_REFRESH.store(true, SeqCst);
@@ -788,7 +803,23 @@ unsafe fn report(
             // function the breakpoint is in, and written as `:ra`.
             let past = cfg!(target_arch = "x86_64") && sig == libc::SIGTRAP && int3_code(code);
             let (n, more) = crate::live::walk_for_report(regs, !past, frames);
-            m.backtrace(table.modules(), &frames[..n], Scope::TraceModules);
+            let frames = &frames[..n];
+            let modules = table.modules();
+            // Every thread's frames are gathered before the one context
+            // that serves them all is written.
+            #[cfg(target_os = "linux")]
+            {
+                let others = crate::threads::gather(gettid(), true);
+                m.context_where(modules, |md| {
+                    frames.iter().any(|f| crate::markup::holds(md, f)) || others.holds_a_frame(md)
+                });
+                for (i, f) in frames.iter().enumerate() {
+                    m.frame(i, f, modules);
+                }
+                crate::threads::write_sections(&mut m, modules, &others);
+            }
+            #[cfg(not(target_os = "linux"))]
+            m.backtrace(modules, frames, Scope::TraceModules);
             (n, more)
         }
         None => {
