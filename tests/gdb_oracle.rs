@@ -313,7 +313,14 @@ fn parse_report(text: &str) -> Result<Report, String> {
     let mut thread = None;
     let mut frames = Vec::new();
     let mut trailer = None;
+    let mut in_others = false;
     for line in lines {
+        // Other threads' sections follow the crashing thread's frames
+        // (`stackmark: thread TID "NAME" state S...`); they are not its.
+        in_others |= line.starts_with("stackmark: thread ") && line.contains("\" state ");
+        if in_others && !line.starts_with("stackmark: end of report (") {
+            continue;
+        }
         if let Some(rest) = line.strip_prefix("stackmark: thread ") {
             let (tid, name) = rest
                 .split_once(' ')
