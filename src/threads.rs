@@ -130,7 +130,7 @@ enum Outcome {
     Walked,
     /// It blocks the signal.
     Blocked,
-    /// Stopped or traced (`T`, `t`).
+    /// Stopped by a signal (`T`).
     Stopped,
     /// No answer by the deadline.
     NoAnswer,
@@ -595,7 +595,10 @@ pub(crate) fn gather(me: i32, crash: bool) -> Gathered {
         l.outcome = match describe(tid, sig, l) {
             None => Outcome::Gone,
             Some(true) => Outcome::Blocked,
-            Some(false) if matches!(l.state, b'T' | b't') => Outcome::Stopped,
+            // Stopped by a signal: a queued one waits for SIGCONT. A
+            // thread a debugger stopped (`t`) is asked all the same: the
+            // debugger lets it go on, or the deadline passes.
+            Some(false) if l.state == b'T' => Outcome::Stopped,
             Some(false) => {
                 // A slot whose walk of an earlier dump never finished
                 // stays out of use.
