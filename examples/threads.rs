@@ -12,6 +12,8 @@
 //! * `quit`: as `dump`, but each dump is asked for with `SIGQUIT`, whose
 //!   handler [`stackmark::threads::dump_on_signal`] installed.
 //! * `off`: `crash` with the other threads turned off.
+//! * `crash-in-dump`: a thread crashes while a watchdog dumps in a loop.
+//! * `taken`: the program handles the dump's signal itself.
 //!
 //! `STACKMARK_DEADLINE_MS` sets the dump's deadline (under a debugger,
 //! which stops every thread at each signal, the default is too short).
@@ -349,15 +351,73 @@ mod linux {
         std::process::exit(if stalled == 0 && lost == 0 { 0 } else { 1 });
     }
 
+    /// A worker crashes while another thread dumps in a loop: the crash
+    /// waits for the dump under way, then reports, and the process dies.
+    fn crash_in_dump() {
+        configure();
+        stackmark::install_crash_handler().expect("install the crash handler");
+        let _held = spawn_all();
+        std::thread::Builder::new()
+            .name("watchdog".into())
+            .spawn(|| loop {
+                let _ = stackmark::threads::dump_all_threads(1);
+            })
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        std::thread::Builder::new()
+            .name("crasher".into())
+            .spawn(|| {
+                black_box(write_through_null(1));
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+
+    extern "C" fn programs_own(_: i32, _: *mut libc::siginfo_t, _: *mut libc::c_void) {}
+
+    /// The program handles the dump's signal itself: the setup says so
+    /// and leaves the handler alone; the crash report says the other
+    /// threads are not shown.
+    fn taken() {
+        let sig = stackmark::threads::DEFAULT_SIGNAL;
+        // SAFETY: installs a handler that does nothing.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = programs_own as *const () as usize;
+            sa.sa_flags = libc::SA_SIGINFO;
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+        match stackmark::threads::configure(Default::default()) {
+            Err(stackmark::threads::Error::SignalTaken(s)) if s == sig => {}
+            other => panic!("configure: {other:?}"),
+        }
+        stackmark::install_crash_handler().expect("install the crash handler");
+        // SAFETY: reads the current action.
+        let kept = unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            libc::sigaction(sig, std::ptr::null(), &mut sa);
+            sa.sa_sigaction == programs_own as *const () as usize
+        };
+        eprintln!("threads example: the program's handler kept: {kept}");
+        let _held = spawn_all();
+        ARMED.store(true, SeqCst);
+        black_box(write_through_null(3));
+    }
+
     pub fn main() {
         let mode = std::env::args().nth(1).unwrap_or_else(|| "crash".into());
         match mode.as_str() {
             "crash" => crash(true),
             "off" => crash(false),
+            "crash-in-dump" => crash_in_dump(),
+            "taken" => taken(),
             "dump" => dumps(false),
             "quit" => dumps(true),
             other => {
-                eprintln!("threads: unknown mode {other}; modes: crash off dump quit");
+                eprintln!(
+                    "threads: unknown mode {other}; modes: crash off dump quit crash-in-dump taken"
+                );
                 std::process::exit(2);
             }
         }

@@ -109,11 +109,16 @@ impl ReportTurn {
         ReportTurn(claim_turn(&OWNER, gettid(), PANIC_WAIT_MS) == Claim::Taken)
     }
 
-    /// Waits for the turn as [`ReportTurn::take`] does; `None` if another
-    /// thread kept it, or this one holds it already (a dump inside its own
-    /// report would reuse the report's buffers).
+    /// Waits for the turn as [`ReportTurn::take`] does, for a dump; `None`
+    /// if another thread kept it, if this one holds it already (a dump
+    /// inside its own report would reuse the report's buffers), or if a
+    /// crash is waiting for it: a dump repeated in a loop would otherwise
+    /// take the turn back before the crash's next poll, every time.
     #[cfg(target_os = "linux")]
-    pub(crate) fn take_or_none() -> Option<ReportTurn> {
+    pub(crate) fn take_for_dump() -> Option<ReportTurn> {
+        if PENDING.load(SeqCst) != 0 {
+            return None;
+        }
         let turn = ReportTurn::take();
         turn.0.then_some(turn)
     }

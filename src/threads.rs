@@ -88,7 +88,8 @@ pub enum Error {
     Init(crate::InitError),
     /// A system call failed.
     Os(std::io::Error),
-    /// Another report kept the report turn for its whole wait.
+    /// Another report kept the report turn for its whole wait, or a crash
+    /// is being reported.
     Busy,
 }
 
@@ -874,7 +875,7 @@ extern "C" fn on_dump_signal(_sig: c_int, _info: *mut libc::siginfo_t, uc: *mut 
 
 /// A whole dump, the calling thread's section walked from `regs`.
 fn dump(fd: c_int, regs: crate::Regs, precise: bool, why: &str) -> Result<Summary, Error> {
-    let Some(_turn) = crate::crash::ReportTurn::take_or_none() else {
+    let Some(_turn) = crate::crash::ReportTurn::take_for_dump() else {
         return Err(Error::Busy);
     };
     let Some(r) = RESERVED.get() else {
@@ -944,6 +945,22 @@ mod tests {
         let blk = field(status, b"SigBlk").and_then(parse_hex).unwrap();
         assert_eq!(blk >> (50 - 1) & 1, 1);
         assert_eq!(field(status, b"Sig"), None);
+    }
+
+    #[test]
+    fn a_thread_that_exited_is_told_apart_from_one_that_does_not_answer() {
+        let tid = std::thread::spawn(crate::crash::gettid).join().unwrap();
+        // Joined: the kernel has reaped it (glibc's join waits for that).
+        let mut l = EMPTY_LISTED;
+        assert_eq!(describe(tid, DEFAULT_SIGNAL, &mut l), None);
+        assert_eq!(
+            request(DEFAULT_SIGNAL, tid, request_value(1, 0)),
+            Err(libc::ESRCH)
+        );
+        // This one is here, and does not block the signal.
+        let me = crate::crash::gettid();
+        assert_eq!(describe(me, DEFAULT_SIGNAL, &mut l), Some(false));
+        assert_eq!(l.state, b'R');
     }
 
     #[test]

@@ -252,3 +252,35 @@ fn a_hundred_dumps_on_demand_leave_every_worker_going_and_every_result_whole() {
 fn a_hundred_dumps_on_sigquit_leave_every_worker_going_and_every_result_whole() {
     check_dumps("quit");
 }
+
+#[test]
+fn a_crash_while_a_dump_is_under_way_waits_for_it_then_reports_and_dies() {
+    let (out, took) = run("crash-in-dump");
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{text}");
+    assert_eq!(text.matches("stackmark: fatal signal").count(), 1, "{text}");
+    let report = &text[text.find("stackmark: fatal signal").unwrap()..];
+    assert!(report.contains("\"crasher\""), "{report}");
+    assert!(report.contains("stackmark: end of report ("), "{report}");
+    // The watchdog, interrupted mid-dump or between two, is listed too.
+    assert!(report.contains("\"watchdog\" state "), "{report}");
+    assert!(took < Duration::from_millis(2 * DEADLINE_MS), "{took:?}");
+}
+
+#[test]
+fn a_handler_of_the_programs_for_the_signal_is_kept_and_the_report_says_so() {
+    let (out, _) = run("taken");
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{text}");
+    assert!(
+        text.contains("threads example: the program's handler kept: true"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "stackmark: other threads not shown: the program handles the thread-dump signal itself"
+        ),
+        "{text}"
+    );
+    assert_eq!(text.matches("stackmark: thread ").count(), 1, "{text}");
+}
