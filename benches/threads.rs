@@ -24,14 +24,12 @@ mod bench {
             .sample_size(if quick { 10 } else { 50 })
     }
 
-    /// Threads waiting until the returned flag is set and signalled.
-    fn park(
-        n: usize,
-    ) -> (
-        Arc<(Mutex<bool>, Condvar)>,
-        Vec<std::thread::JoinHandle<()>>,
-    ) {
-        let gate = Arc::new((Mutex::new(false), Condvar::new()));
+    /// A flag parked threads wait on, and their condition variable.
+    type Gate = Arc<(Mutex<bool>, Condvar)>;
+
+    /// Threads waiting until the returned gate's flag is set and signalled.
+    fn park(n: usize) -> (Gate, Vec<std::thread::JoinHandle<()>>) {
+        let gate: Gate = Arc::new((Mutex::new(false), Condvar::new()));
         let threads = (0..n)
             .map(|i| {
                 let gate = gate.clone();
