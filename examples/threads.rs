@@ -16,7 +16,8 @@
 //! * `taken`: the program handles the dump's signal itself.
 //!
 //! `STACKMARK_DEADLINE_MS` sets the dump's deadline (under a debugger,
-//! which stops every thread at each signal, the default is too short).
+//! which stops every thread at each signal, the default is too short),
+//! `STACKMARK_SLOTS` its number of slots.
 //!
 //! While a report or a dump runs, any allocation, on any thread, ends the
 //! process with status 99.
@@ -227,6 +228,12 @@ mod linux {
             .and_then(|v| v.parse().ok())
         {
             opts.deadline = Duration::from_millis(ms);
+        }
+        if let Some(n) = std::env::var("STACKMARK_SLOTS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
+            opts.slots = n;
         }
         stackmark::threads::configure(opts).expect("configure the thread dump");
     }

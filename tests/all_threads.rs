@@ -23,11 +23,18 @@ const DEADLINE_MS: u64 = 3000;
 const QEMU: bool = cfg!(target_arch = "aarch64");
 
 fn run(mode: &str) -> (Output, Duration) {
+    run_with(mode, &[])
+}
+
+/// [`run`] with more of the environment.
+fn run_with(mode: &str, env: &[(&str, &str)]) -> (Output, Duration) {
     let bin = common::examples_dir().join("threads");
     assert!(bin.exists(), "{} is built by cargo test", bin.display());
     let start = Instant::now();
     let deadline = DEADLINE_MS.to_string();
-    let out = common::run_target_binary(&bin, &[mode], &[("STACKMARK_DEADLINE_MS", &deadline)]);
+    let mut envs = vec![("STACKMARK_DEADLINE_MS", deadline.as_str())];
+    envs.extend_from_slice(env);
+    let out = common::run_target_binary(&bin, &[mode], &envs);
     (out, start.elapsed())
 }
 
@@ -283,4 +290,20 @@ fn a_handler_of_the_programs_for_the_signal_is_kept_and_the_report_says_so() {
         "{text}"
     );
     assert_eq!(text.matches("stackmark: thread ").count(), 1, "{text}");
+}
+
+#[test]
+fn threads_past_the_slots_are_listed_without_a_stack() {
+    let (out, _) = run_with("crash", &[("STACKMARK_SLOTS", "4")]);
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{text}");
+    let with_stack = text
+        .lines()
+        .filter(|l| l.starts_with("stackmark: thread ") && l.ends_with(" frames"))
+        .count();
+    let no_slot = text.matches("no stack: no slot left").count();
+    // The blocking threads are never asked, so take no slot: 4 walked, the
+    // other 9 asking ones listed.
+    assert_eq!((with_stack, no_slot), (4, 9), "{text}");
+    assert!(text.contains(" 5 with a stack, "), "{text}");
 }
