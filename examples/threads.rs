@@ -387,7 +387,7 @@ mod linux {
     /// and leaves the handler alone; the crash report says the other
     /// threads are not shown.
     fn taken() {
-        let sig = stackmark::threads::DEFAULT_SIGNAL;
+        let sig = stackmark::threads::Options::default().signal;
         // SAFETY: installs a handler that does nothing.
         unsafe {
             let mut sa: libc::sigaction = std::mem::zeroed();

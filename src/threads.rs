@@ -67,10 +67,10 @@ impl Default for Options {
 }
 
 /// The default [`Options::signal`].
-pub const DEFAULT_SIGNAL: c_int = 50;
+const DEFAULT_SIGNAL: c_int = 50;
 
 /// Most threads a report lists (walked or not); more are counted only.
-pub const MAX_LISTED: usize = 4096;
+const MAX_LISTED: usize = 4096;
 
 /// Why the thread dump could not be set up or run.
 #[derive(Debug)]
@@ -118,7 +118,7 @@ pub struct Summary {
     /// Threads listed without a stack (blocked, stopped, no answer, no
     /// slot, gone).
     pub without_stack: usize,
-    /// Threads beyond [`MAX_LISTED`], not listed.
+    /// Threads beyond the 4096 a report lists, counted only.
     pub not_listed: usize,
 }
 
