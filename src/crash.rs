@@ -11,8 +11,6 @@ use core::cell::UnsafeCell;
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering::SeqCst};
 
-#[cfg(not(target_os = "linux"))]
-use crate::markup::Scope;
 use crate::markup::{FdSink, Markup};
 use crate::walk::Frame;
 
@@ -812,19 +810,14 @@ unsafe fn report(
             let modules = table.modules();
             // Every thread's frames are gathered before the one context
             // that serves them all is written.
-            #[cfg(target_os = "linux")]
-            {
-                let others = crate::threads::gather(gettid(), true);
-                m.context_where(modules, |md| {
-                    frames.iter().any(|f| crate::markup::holds(md, f)) || others.holds_a_frame(md)
-                });
-                for (i, f) in frames.iter().enumerate() {
-                    m.frame(i, f, modules);
-                }
-                crate::threads::write_sections(&mut m, modules, &others);
+            let others = crate::threads::gather(gettid(), true);
+            m.context_where(modules, |md| {
+                frames.iter().any(|f| crate::markup::holds(md, f)) || others.holds_a_frame(md)
+            });
+            for (i, f) in frames.iter().enumerate() {
+                m.frame(i, f, modules);
             }
-            #[cfg(not(target_os = "linux"))]
-            m.backtrace(modules, frames, Scope::TraceModules);
+            crate::threads::write_sections(&mut m, modules, &others);
             (n, more)
         }
         None => {
