@@ -43,8 +43,9 @@ pub struct Options {
     /// Default: 200 ms. Walks take microseconds; a thread that has not
     /// answered by then is listed without its stack.
     pub deadline: core::time::Duration,
-    /// How many threads can be walked in one report (one slot each).
-    /// Default: 256. Threads past them are listed without a stack.
+    /// How many threads can be walked in one report (one slot each), up
+    /// to 2^20. Default: 256. Threads past them are listed without a
+    /// stack.
     pub slots: usize,
     /// Most frames kept per thread. Default: 128.
     pub frames: usize,
@@ -238,7 +239,12 @@ fn setup(opts: Options) -> Result<(), Error> {
     let mut result = Ok(());
     RESERVED.get_or_init(|| {
         result = install_handler(&opts);
-        let slots = if result.is_ok() { opts.slots } else { 0 };
+        // A request names its slot in the low 20 bits of its value.
+        let slots = if result.is_ok() {
+            opts.slots.min(1 << 20)
+        } else {
+            0
+        };
         let frames = opts.frames.max(1);
         let cell = |_| UnsafeCell::new(Frame::default());
         Reserved {
