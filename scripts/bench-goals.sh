@@ -212,6 +212,8 @@ ops = [
     # Each iteration looks up 64 pcs.
     ("an SFrame lookup, 64 concatenated pieces, no piece index", "sframe-lookup-64-pieces/plain", 64, "ns"),
     ("an SFrame lookup, 64 concatenated pieces, with the piece index", "sframe-lookup-64-pieces/indexed", 64, "ns"),
+    ("a dump of every thread, 16 threads (benches/threads.rs)", "threads/16", 1e6, "ms"),
+    ("a dump of every thread, 128 threads", "threads/128", 1e6, "ms"),
 ]
 op = {}
 for label, name, scale, unit in ops:
@@ -327,6 +329,7 @@ for label, name, goal in [
     ("init ≤ 200 µs", "init/refresh", 200),
 ]:
     print(f"| {label} | {verdict(op[name], goal, False, ' µs')} | | |")
+print(f"| a dump of 128 threads ≤ 20 ms | {verdict(op['threads/128'], 20, False, ' ms')} | | |")
 
 if missing:
     print(f"\nbench-goals: no result for: {', '.join(sorted(set(missing)))}", file=sys.stderr)
@@ -433,7 +436,7 @@ log=$out/bench.log
 } >"$log"
 # Progress as it comes: the frame counts and criterion's time lines.
 bench() {
-  cargo bench --bench "$1" 2>&1 | tee -a "$log" | { grep -E '^(depth|distinct|qsort|init|markup|sframe-lookup)|time:' || true; } || {
+  cargo bench --bench "$1" 2>&1 | tee -a "$log" | { grep -E '^(depth|distinct|qsort|init|markup|sframe-lookup|threads)|time:' || true; } || {
     echo "bench-goals: the $1 bench failed (its output: $log)" >&2
     exit 1
   }
@@ -472,6 +475,7 @@ for line in sys.stdin:
 
 bench walk
 [ "$(uname -m)" != x86_64 ] || bench libunwind
+bench threads
 instructions
 echo
 report "$out"

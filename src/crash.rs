@@ -11,7 +11,7 @@ use core::cell::UnsafeCell;
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering::SeqCst};
 
-use crate::markup::{FdSink, Markup, Scope};
+use crate::markup::{FdSink, Markup};
 use crate::walk::Frame;
 
 /// The signals the crash handler reports.
@@ -105,6 +105,20 @@ impl ReportTurn {
     /// holds it already (a panic inside its own report) goes on.
     pub(crate) fn take() -> ReportTurn {
         ReportTurn(claim_turn(&OWNER, gettid(), PANIC_WAIT_MS) == Claim::Taken)
+    }
+
+    /// Waits for the turn as [`ReportTurn::take`] does, for a dump; `None`
+    /// if another thread kept it, if this one holds it already (a dump
+    /// inside its own report would reuse the report's buffers), or if a
+    /// crash is waiting for it: a dump repeated in a loop would otherwise
+    /// take the turn back before the crash's next poll, every time.
+    #[cfg(target_os = "linux")]
+    pub(crate) fn take_for_dump() -> Option<ReportTurn> {
+        if PENDING.load(SeqCst) != 0 {
+            return None;
+        }
+        let turn = ReportTurn::take();
+        turn.0.then_some(turn)
     }
 }
 
@@ -343,6 +357,10 @@ fn install(fd: Option<c_int>) -> Result<(), CrashError> {
     }
     install_altstack()?;
     forget_reports_in_child();
+    // Other threads in the report: reserved before the handlers that use
+    // it exist.
+    #[cfg(target_os = "linux")]
+    crate::threads::setup_default();
     if !INSTALLED.swap(true, SeqCst) {
         install_handlers()?;
         NEEDS_REFRESH.store(true, SeqCst);
@@ -788,7 +806,18 @@ unsafe fn report(
             // function the breakpoint is in, and written as `:ra`.
             let past = cfg!(target_arch = "x86_64") && sig == libc::SIGTRAP && int3_code(code);
             let (n, more) = crate::live::walk_for_report(regs, !past, frames);
-            m.backtrace(table.modules(), &frames[..n], Scope::TraceModules);
+            let frames = &frames[..n];
+            let modules = table.modules();
+            // Every thread's frames are gathered before the one context
+            // that serves them all is written.
+            let others = crate::threads::gather(gettid(), true);
+            m.context_where(modules, |md| {
+                frames.iter().any(|f| crate::markup::holds(md, f)) || others.holds_a_frame(md)
+            });
+            for (i, f) in frames.iter().enumerate() {
+                m.frame(i, f, modules);
+            }
+            crate::threads::write_sections(&mut m, modules, &others);
             (n, more)
         }
         None => {

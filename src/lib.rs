@@ -7,8 +7,9 @@
 //! * [`walk`]: the walk itself, generic over architecture, memory and code map.
 //! * [`modules`] and [`os`]: the fixed-memory module table and its discovery.
 //! * [`markup`]: the symbolizer markup writer.
-//! * [`crash`], [`panic_hook`] and (Linux) [`sample`]: a crash handler, a
-//!   panic hook and a sampling profiler built on the walk.
+//! * [`crash`], [`panic_hook`], (Linux) [`sample`] and [`threads`]: a crash
+//!   handler, a panic hook, a sampling profiler and every thread's stack,
+//!   built on the walk.
 //!
 //! Start with [`init`] (the module table), then walk with [`walk_here`],
 //! [`walk_from`] or [`walk_ucontext`], or install [`install_crash_handler`]
@@ -50,6 +51,12 @@ mod live;
 pub mod panic_hook;
 #[cfg(target_os = "linux")]
 pub mod sample;
+#[cfg(target_os = "linux")]
+pub mod threads;
+/// Every thread in the crash report (macOS; the dump on demand is Linux's).
+#[cfg(target_os = "macos")]
+#[path = "threads_macos.rs"]
+pub mod threads;
 #[cfg(any(target_os = "linux", target_os = "macos"))]
 pub use live::*;
 

@@ -219,6 +219,11 @@ fn described_segment<M: MarkupModule>(m: &M, addr: u64) -> Option<MarkupSegment>
     m.segments().find(|s| s.described() && s.contains(addr))
 }
 
+/// Whether a described segment of `m` holds frame `f`.
+pub(crate) fn holds<M: MarkupModule>(m: &M, f: &Frame) -> bool {
+    described_segment(m, f.lookup_pc()).is_some()
+}
+
 /// The first module whose described segment holds `addr`, and that segment.
 fn locate<M: MarkupModule>(modules: &[M], addr: u64) -> Option<(&M, MarkupSegment)> {
     modules
@@ -455,18 +460,22 @@ impl<'s, S: Sink> Markup<'s, S> {
         frames: &[Frame],
         scope: Scope,
     ) -> &mut Self {
+        self.context_where(modules, |m| match scope {
+            Scope::AllModules => m.segments().any(|s| s.described()),
+            Scope::TraceModules => frames.iter().any(|f| holds(m, f)),
+        })
+    }
+
+    /// The context: `{{{reset}}}`, then each module with a build ID for
+    /// which `wanted` holds, and its segments.
+    pub(crate) fn context_where<M: MarkupModule>(
+        &mut self,
+        modules: &[M],
+        wanted: impl Fn(&M) -> bool,
+    ) -> &mut Self {
         self.reset();
         for (id, m) in modules.iter().enumerate() {
-            if m.build_id().is_empty() {
-                continue;
-            }
-            let wanted = match scope {
-                Scope::AllModules => m.segments().any(|s| s.described()),
-                Scope::TraceModules => frames
-                    .iter()
-                    .any(|f| described_segment(m, f.lookup_pc()).is_some()),
-            };
-            if !wanted {
+            if m.build_id().is_empty() || !wanted(m) {
                 continue;
             }
             self.module(id, m);

@@ -150,6 +150,9 @@ fn lay_out(name: &str, others: bool) -> std::path::PathBuf {
     );
     result(&run, "sframe-lookup-64-pieces/plain", Some(64_000.0), 1.0);
     result(&run, "sframe-lookup-64-pieces/indexed", Some(6_400.0), 1.0);
+    // Dumps of every thread: 1.5 ms for 16, 25 ms for 128.
+    result(&run, "threads/16", Some(1_500_000.0), 1.0);
+    result(&run, "threads/128", Some(25_000_000.0), 1.0);
     std::fs::write(run.join("bench.log"), log).unwrap();
     run
 }
@@ -254,6 +257,15 @@ fn every_ratio_is_per_frame_walked_and_each_goal_says_met_or_by_how_much_missed(
         "| full markup report ≤ 20 µs | 25.0 µs, missed by 20% | | |",
     );
     has(&l, "| init ≤ 200 µs | 150 µs, met | | |");
+    has(
+        &l,
+        "| a dump of every thread, 16 threads (benches/threads.rs) | 1.50 ms |",
+    );
+    has(&l, "| a dump of every thread, 128 threads | 25.0 ms |");
+    has(
+        &l,
+        "| a dump of 128 threads ≤ 20 ms | 25.0 ms, missed by 20% | | |",
+    );
     // 64 lookups an iteration.
     has(
         &l,

@@ -313,7 +313,14 @@ fn parse_report(text: &str) -> Result<Report, String> {
     let mut thread = None;
     let mut frames = Vec::new();
     let mut trailer = None;
+    let mut in_others = false;
     for line in lines {
+        // Other threads' sections follow the crashing thread's frames
+        // (`stackmark: thread TID "NAME" state S...`); they are not its.
+        in_others |= line.starts_with("stackmark: thread ") && line.contains("\" state ");
+        if in_others && !line.starts_with("stackmark: end of report (") {
+            continue;
+        }
         if let Some(rest) = line.strip_prefix("stackmark: thread ") {
             let (tid, name) = rest
                 .split_once(' ')
@@ -649,6 +656,8 @@ fn thread_segv() {
     });
 }
 
+// Modes left out (every mode runs with the main thread alone, or with
+// threads that crash or join; `all_threads` above covers other threads):
 // Modes left out:
 // - `gap-sp`: moves the stack and frame pointers into a page off the
 //   stack before faulting, on purpose; there is no call chain there for
@@ -663,3 +672,174 @@ fn thread_segv() {
 //   `overflow` a stack deeper than a report; `sampled-abrt` tests SIGPROF
 //   landing during the crash (under ptrace each SIGPROF also passes
 //   through gdb, which changes the timing it is about).
+
+/// One thread's frames as gdb printed them at the stop for the dump
+/// signal (`GDB-THREAD`, `GDB-TFRAME`), by thread id.
+fn parse_gdb_threads(stdout: &str) -> Result<Vec<(i32, Vec<GdbFrame>)>, String> {
+    let mut out: Vec<(i32, Vec<GdbFrame>)> = Vec::new();
+    for line in stdout.lines() {
+        if let Some(lwp) = line.strip_prefix("GDB-THREAD ") {
+            let lwp = lwp.parse().map_err(|_| format!("bad lwp: {line}"))?;
+            out.push((lwp, Vec::new()));
+        } else if let Some(rest) = line.strip_prefix("GDB-TFRAME ") {
+            let frames = &mut out.last_mut().ok_or("a frame before its thread")?.1;
+            let mut words = rest.splitn(3, ' ');
+            let (_, pc, rest) = (words.next(), words.next(), words.next());
+            let pc = pc.and_then(hex).ok_or_else(|| format!("bad pc: {line}"))?;
+            let (function, kind) = rest
+                .and_then(|r| r.rsplit_once(" ["))
+                .ok_or_else(|| format!("bad frame line: {line}"))?;
+            frames.push(GdbFrame {
+                pc,
+                function: function.to_string(),
+                kind: kind.trim_end_matches(']').to_string(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The other threads' sections of a crash report: each thread's id, name,
+/// and frame addresses (empty for one listed without a stack).
+fn parse_other_threads(text: &str) -> Vec<(i32, String, Vec<ReportFrame>)> {
+    let mut out: Vec<(i32, String, Vec<ReportFrame>)> = Vec::new();
+    for line in text.lines() {
+        if let Some(rest) = line
+            .strip_prefix("stackmark: thread ")
+            .filter(|r| r.contains("\" state "))
+        {
+            let (tid, rest) = rest.split_once(' ').unwrap();
+            let name = rest.split('"').nth(1).unwrap_or("").to_string();
+            out.push((tid.parse().unwrap(), name, Vec::new()));
+        } else if line.starts_with("stackmark: ") {
+            continue;
+        } else if let Some((_, _, frames)) = out.last_mut() {
+            // `{{{bt:N:ADDR:pc|ra}}} METHOD` or `#N ADDR WHERE METHOD`.
+            let addr = line
+                .strip_prefix("{{{bt:")
+                .and_then(|r| r.split(':').nth(1))
+                .or_else(|| line.strip_prefix('#').and_then(|r| r.split(' ').nth(1)));
+            if let Some(addr) = addr.and_then(hex) {
+                frames.push(ReportFrame {
+                    addr,
+                    kind: String::new(),
+                    method: line.rsplit(' ').next().unwrap_or("").to_string(),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The length of the instruction that enters the kernel (`syscall`).
+const SYSCALL_LEN: u64 = 2;
+
+/// Every thread of a crash, against gdb: the threads example starts
+/// fifteen threads (spinning in Rust and in C with SFrame only, waiting on
+/// a mutex, a condition variable, a pipe, in `nanosleep`, two blocking
+/// every signal) and crashes on the main thread. gdb prints the crashing
+/// thread's frames at the crash, as in [`check`], and every other
+/// thread's at its stop for the dump signal, before its handler runs:
+/// where the handler's `ucontext` starts the report's walk. Each walked
+/// thread's frames must be gdb's, frame for frame, down to `clone3`.
+///
+/// One difference is the kernel's, not the walk's: a system call the
+/// signal interrupts that `SA_RESTART` restarts (`futex`, `read`) has its
+/// pc moved back onto the `syscall` instruction between gdb's stop and
+/// the handler, so that the call runs again when the handler returns; the
+/// report's frame 0 is then gdb's less the instruction's length.
+#[test]
+fn all_threads() {
+    require_gdb();
+    let bin = common::examples_dir().join("threads");
+    assert!(
+        bin.exists(),
+        "{}: `cargo build --example threads`",
+        bin.display()
+    );
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/gdb/physical_frames.py");
+    let dir = common::workdir("gdb-oracle-all-threads");
+    let signal = stackmark::threads::Options::default().signal;
+    let mut cmd = Command::new("gdb");
+    cmd.args(["-q", "-nx", "-batch", "-x"])
+        .arg(&script)
+        .arg("--args")
+        .arg(&bin)
+        .arg("crash")
+        .env("STACKMARK_GDB_DUMP_SIGNAL", format!("SIG{signal}"))
+        // gdb stops every thread at each signal: far slower than alone.
+        .env("STACKMARK_DEADLINE_MS", "30000");
+    let (stdout, stderr) = run_bounded(&mut cmd, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    let both = format!("--- gdb stdout\n{stdout}\n--- stderr\n{stderr}");
+    let harness = |what: &str| -> ! { panic!("all threads: harness: {what}\n{both}") };
+
+    // The crashing thread, as for every other crash.
+    let gdb = parse_gdb(&stdout).unwrap_or_else(|e| harness(&format!("gdb's output: {e}")));
+    let report = parse_report(&stderr).unwrap_or_else(|e| harness(&format!("the report: {e}")));
+    // How the process ends is not checked here (tests/all_threads.rs does):
+    // with sixteen threads, the group exit can take a thread away while
+    // gdb reads it, and gdb then loses track of the end.
+    if gdb.lwp != report.tid || gdb.signal != "SIGSEGV" {
+        harness(&format!("gdb stopped thread {} on {}", gdb.lwp, gdb.signal));
+    }
+    let mut failures = Vec::new();
+    if gdb.frames.len() != report.frames.len()
+        || gdb
+            .frames
+            .iter()
+            .zip(&report.frames)
+            .any(|(g, r)| g.pc != r.addr)
+    {
+        failures.push(format!(
+            "the crashing thread\n{}",
+            side_by_side(&gdb.frames, &report.frames)
+        ));
+    }
+
+    let gdb_threads = parse_gdb_threads(&stdout).unwrap_or_else(|e| harness(&e));
+    let others = parse_other_threads(&stderr);
+    if others.len() != 15 {
+        harness(&format!("{} other threads in the report", others.len()));
+    }
+    let (mut compared, mut restarts) = (0, 0);
+    for (tid, name, frames) in &others {
+        let theirs = gdb_threads.iter().find(|(lwp, _)| lwp == tid);
+        match (name.starts_with("blocked-"), theirs) {
+            (true, None) if frames.is_empty() => continue,
+            (true, _) => {
+                failures.push(format!("{name}: blocks every signal, yet {theirs:?}"));
+                continue;
+            }
+            (false, None) => {
+                failures.push(format!("{name}: gdb never saw the signal"));
+                continue;
+            }
+            (false, Some(_)) => {}
+        }
+        let g = &theirs.unwrap().1;
+        let restarted = |i: usize, gp: u64, rp: u64| i == 0 && rp + SYSCALL_LEN == gp;
+        let same = g.len() == frames.len()
+            && g.last().is_some_and(|f| f.function == "clone3")
+            && g.iter()
+                .zip(frames)
+                .enumerate()
+                .all(|(i, (g, r))| g.pc == r.addr || restarted(i, g.pc, r.addr));
+        if same {
+            compared += 1;
+            restarts += usize::from(g[0].pc != frames[0].addr);
+        } else {
+            failures.push(format!("{name} ({tid})\n{}", side_by_side(g, frames)));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "the report's frames differ from gdb's:\n{}\n{both}",
+        failures.join("\n")
+    );
+    eprintln!(
+        "all threads: the crashing thread and {compared} others == gdb \
+         ({restarts} at a restarted system call)"
+    );
+    assert_eq!(compared, 13);
+}

@@ -19,6 +19,17 @@ the last line is `GDB-EXIT signal <number>`, `GDB-EXIT code <status>` or
 `GDB-EXIT unknown ...`.
 
 STACKMARK_GDB_MAX_FRAMES (default 1000) bounds the frames printed.
+
+With STACKMARK_GDB_DUMP_SIGNAL set to a signal's gdb name (`SIG50`), the
+signal a crash report interrupts the other threads with is passed to the
+program, and at each stop for it the script prints that thread's physical
+frames, as it is before its handler runs (the state the handler's
+`ucontext` holds):
+
+    GDB-THREAD <lwp>
+    GDB-TFRAME <n> 0x<pc> <function, or ??> [<gdb frame type>]
+    ...
+    GDB-TFRAMES-END <count> <why the walk ended, or "limit">
 """
 
 import os
@@ -32,6 +43,7 @@ MAX_FRAMES = int(os.environ.get("STACKMARK_GDB_MAX_FRAMES", "1000"))
 # again or the signal sent again once each handler is done); more than this
 # means it is looping.
 MAX_STOPS = 20
+DUMP_SIGNAL = os.environ.get("STACKMARK_GDB_DUMP_SIGNAL")
 
 # Frames gdb makes up from debug information: they share the pc of the
 # physical frame around them and have no stack frame of their own.
@@ -79,15 +91,16 @@ def out(line):
     gdb.flush()
 
 
-def print_frames():
-    """Prints the selected thread's physical frames, innermost first."""
+def print_frames(prefix="GDB-"):
+    """Prints the selected thread's physical frames, innermost first, on
+    lines `<prefix>FRAME` and `<prefix>FRAMES-END`."""
     frame = gdb.newest_frame()
     last = frame
     n = 0
     while frame is not None and n < MAX_FRAMES:
         if frame.type() not in VIRTUAL:
             kind = TYPE_NAMES.get(frame.type(), str(frame.type()))
-            out("GDB-FRAME %d 0x%016x %s [%s]" % (n, frame.pc(), frame.name() or "??", kind))
+            out("%sFRAME %d 0x%016x %s [%s]" % (prefix, n, frame.pc(), frame.name() or "??", kind))
             n += 1
         last = frame
         try:
@@ -99,7 +112,19 @@ def print_frames():
         why = "limit"
     else:
         why = gdb.frame_stop_reason_string(last.unwind_stop_reason())
-    out("GDB-FRAMES-END %d %s" % (n, why))
+    out("%sFRAMES-END %d %s" % (prefix, n, why))
+
+
+def resume(command):
+    """Resumes the program; false if gdb could not. With many threads, the
+    group exit of the dying process can take a thread away while gdb reads
+    its registers, and gdb fails every command after that."""
+    try:
+        gdb.execute(command)
+        return True
+    except gdb.error as e:
+        out("GDB-NOTE %s: %s" % (command, e))
+        return False
 
 
 def main():
@@ -125,24 +150,41 @@ def main():
     for sig in CRASH_SIGNALS.values():
         if sig != "SIGTRAP":
             gdb.execute("handle %s stop print pass" % sig, to_string=True)
+    if DUMP_SIGNAL:
+        gdb.execute("handle %s stop print pass" % DUMP_SIGNAL, to_string=True)
     gdb.events.stop.connect(on_stop)
     gdb.events.exited.connect(on_exit)
 
     gdb.execute("run")
     printed = False
-    while not exits and len(stops) <= MAX_STOPS and gdb.selected_thread() is not None:
+    dump_stops = 0
+    while (
+        not exits
+        and len(stops) - dump_stops <= MAX_STOPS
+        and gdb.selected_thread() is not None
+    ):
         sig = stops[-1] if stops else None
+        if DUMP_SIGNAL and sig == DUMP_SIGNAL:
+            dump_stops += 1
+            out("GDB-THREAD %d" % gdb.selected_thread().ptid[1])
+            print_frames("GDB-T")
+            if not resume("continue"):
+                break
+            continue
         out("GDB-STOP %s lwp %d" % (sig, gdb.selected_thread().ptid[1]))
         if sig in CRASH_SIGNALS.values() and not printed:
             print_frames()
             printed = True
-        gdb.execute("signal SIGTRAP" if sig == "SIGTRAP" else "continue")
+        if not resume("signal SIGTRAP" if sig == "SIGTRAP" else "continue"):
+            break
     if not printed:
         out("GDB-NOTE the program never stopped on a crash signal")
     if not exits:
         out("GDB-EXIT unknown (%d stops)" % len(stops))
-        if gdb.selected_thread() is not None:
+        try:
             gdb.execute("kill")
+        except gdb.error as e:
+            out("GDB-NOTE kill: %s" % e)
         return
     code = getattr(exits[-1], "exit_code", None)
     if code is not None:
