@@ -63,30 +63,46 @@ mod bench {
         ] {
             for depth in [16usize, 64, 256] {
                 at_distinct_depth(chain, depth, &mut || {
-                    let mut buf = [std::ptr::null_mut::<c_void>(); 512];
-                    // SAFETY: the buffer holds 512 pointers.
-                    let n = unsafe { unw_backtrace(buf.as_mut_ptr(), 512) };
-                    let (regs, precise) = stackmark::capture_here();
-                    let mut frames = [stackmark::Frame::default(); 512];
-                    let m = stackmark::walk_from(regs, precise, full, &mut frames);
-                    let theirs: Vec<u64> = buf[..n.max(0) as usize]
-                        .iter()
-                        .map(|&pc| pc as u64)
-                        .collect();
-                    if let Err(e) = common::same_frames("libunwind", &frames[..m], 1, &theirs) {
+                    let (ours, theirs) = both_walks(full);
+                    let n = theirs.len();
+                    if let Err(e) = common::same_frames("libunwind", &ours, 1, &theirs) {
                         return failure = Some(format!("{name} {depth}: {e}"));
                     }
                     eprintln!("{name} {depth}: libunwind {n} frames");
-                    c.bench_function(&format!("{name}{depth}/libunwind"), |b| {
-                        // SAFETY: as above.
-                        b.iter(|| unsafe { unw_backtrace(buf.as_mut_ptr(), 512) })
-                    });
+                    bench_libunwind(c, &format!("{name}{depth}/libunwind"));
                 });
                 if let Some(e) = failure.take() {
                     panic!("{e}");
                 }
             }
         }
+    }
+
+    /// Benchmarks as `id` libunwind's walk from the caller (inlined).
+    #[inline(always)]
+    fn bench_libunwind(c: &mut Criterion, id: &str) {
+        let mut buf = [std::ptr::null_mut::<c_void>(); 512];
+        c.bench_function(id, |b| {
+            // SAFETY: the buffer holds 512 pointers.
+            b.iter(|| unsafe { unw_backtrace(buf.as_mut_ptr(), 512) })
+        });
+    }
+
+    /// stackmark's frames and libunwind's pcs, both from the caller (this
+    /// is inlined into it), stackmark walking with `opts`.
+    #[inline(always)]
+    fn both_walks(opts: stackmark::WalkOptions) -> (Vec<stackmark::Frame>, Vec<u64>) {
+        let mut buf = [std::ptr::null_mut::<c_void>(); 512];
+        // SAFETY: the buffer holds 512 pointers.
+        let n = unsafe { unw_backtrace(buf.as_mut_ptr(), 512) };
+        let (regs, precise) = stackmark::capture_here();
+        let mut frames = [stackmark::Frame::default(); 512];
+        let m = stackmark::walk_from(regs, precise, opts, &mut frames);
+        let theirs = buf[..n.max(0) as usize]
+            .iter()
+            .map(|&pc| pc as u64)
+            .collect();
+        (frames[..m].to_vec(), theirs)
     }
 
     /// The stack through the C library ([`common::at_qsort_depth`]), after
@@ -100,28 +116,17 @@ mod bench {
         let levels = common::QSORT_LEVELS;
         let mut failure = None;
         common::at_qsort_depth(levels, &mut || {
-            let mut buf = [std::ptr::null_mut::<c_void>(); 512];
-            // SAFETY: the buffer holds 512 pointers.
-            let n = unsafe { unw_backtrace(buf.as_mut_ptr(), 512) };
-            let (regs, precise) = stackmark::capture_here();
-            let mut frames = [stackmark::Frame::default(); 512];
-            let m = stackmark::walk_from(regs, precise, opts, &mut frames);
-            let theirs: Vec<u64> = buf[..n.max(0) as usize]
-                .iter()
-                .map(|&pc| pc as u64)
-                .collect();
+            let (frames, theirs) = both_walks(opts);
+            let n = theirs.len();
             // Frame 0 differs (each walker starts where it was called in
             // this closure); every frame below it must be the same.
-            let checked = common::methods(&frames[..m])
-                .and_then(|_| common::same_frames("libunwind", &frames[..m], 1, &theirs));
+            let checked = common::methods(&frames)
+                .and_then(|_| common::same_frames("libunwind", &frames, 1, &theirs));
             if let Err(e) = checked {
                 return failure = Some(e);
             }
             eprintln!("qsort {levels}: libunwind {n} frames");
-            c.bench_function(&format!("qsort{levels}/libunwind"), |b| {
-                // SAFETY: as above.
-                b.iter(|| unsafe { unw_backtrace(buf.as_mut_ptr(), 512) })
-            });
+            bench_libunwind(c, &format!("qsort{levels}/libunwind"));
         });
         if let Some(e) = failure {
             panic!("the stack through qsort: {e}");

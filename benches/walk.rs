@@ -172,6 +172,27 @@ mod bench {
         }
     }
 
+    /// Benchmarks as `name` a walk from `regs` with the caches emptied
+    /// before each (outside the timed part).
+    fn cold(
+        group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+        name: &str,
+        regs: stackmark::Regs,
+        precise: bool,
+        opts: WalkOptions,
+        frames: &mut [Frame],
+    ) {
+        group.bench_function(name, |b| {
+            b.iter_batched(
+                || {
+                    stackmark::clear_caches();
+                },
+                |_| stackmark::walk_from(regs, precise, opts, frames),
+                BatchSize::PerIteration,
+            )
+        });
+    }
+
     fn config() -> Criterion {
         let quick = std::env::var_os("STACKMARK_BENCH_QUICK").is_some();
         Criterion::default()
@@ -209,15 +230,14 @@ mod bench {
                 group.bench_function("stackmark/fp", |b| {
                     b.iter(|| stackmark::walk_from(regs, precise, fp_only, &mut frames))
                 });
-                group.bench_function("stackmark/sframe-cold", |b| {
-                    b.iter_batched(
-                        || {
-                            stackmark::clear_caches();
-                        },
-                        |_| stackmark::walk_from(regs, precise, full, &mut frames),
-                        BatchSize::PerIteration,
-                    )
-                });
+                cold(
+                    &mut group,
+                    "stackmark/sframe-cold",
+                    regs,
+                    precise,
+                    full,
+                    &mut frames,
+                );
                 let mut count = 0;
                 backtrace::trace(|_| {
                     count += 1;
@@ -289,15 +309,14 @@ mod bench {
             group.bench_function("stackmark", |b| {
                 b.iter(|| stackmark::walk_from(regs, precise, opts, &mut frames))
             });
-            group.bench_function("stackmark-cold", |b| {
-                b.iter_batched(
-                    || {
-                        stackmark::clear_caches();
-                    },
-                    |_| stackmark::walk_from(regs, precise, opts, &mut frames),
-                    BatchSize::PerIteration,
-                )
-            });
+            cold(
+                &mut group,
+                "stackmark-cold",
+                regs,
+                precise,
+                opts,
+                &mut frames,
+            );
             #[cfg(target_arch = "x86_64")]
             group.bench_function("framehop", |b| {
                 b.iter(|| framehop.walk(regs.rip, regs.rsp, regs.rbp))
@@ -466,15 +485,14 @@ mod bench {
                         b.iter(|| stackmark::walk_from(regs, precise, opts, &mut frames))
                     });
                     if chain == Chain::Sframe {
-                        group.bench_function("stackmark/sframe-cold", |b| {
-                            b.iter_batched(
-                                || {
-                                    stackmark::clear_caches();
-                                },
-                                |_| stackmark::walk_from(regs, precise, opts, &mut frames),
-                                BatchSize::PerIteration,
-                            )
-                        });
+                        cold(
+                            &mut group,
+                            "stackmark/sframe-cold",
+                            regs,
+                            precise,
+                            opts,
+                            &mut frames,
+                        );
                     }
                     #[cfg(target_arch = "x86_64")]
                     group.bench_function("framehop", |b| {

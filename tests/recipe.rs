@@ -299,6 +299,26 @@ fn objdump_misreads_gas_pieces(exe: &Path, objdump: &str) {
     );
 }
 
+/// Whether lld linked `exe` (it signs `.comment`, `Linker: LLD 22…` or
+/// `Linker: Debian LLD 16…`; GNU ld does not).
+fn linked_by_lld(exe: &Path) -> bool {
+    let data = std::fs::read(exe).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    let comment = file
+        .section_by_name(".comment")
+        .and_then(|s| s.data().ok())
+        .unwrap_or(&[]);
+    let comment = String::from_utf8_lossy(comment);
+    comment.contains("Linker: ") && comment.contains("LLD ")
+}
+
+/// How many sections of `exe` are called `name`.
+fn sections_named(exe: &Path, name: &str) -> usize {
+    let data = std::fs::read(exe).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    file.sections().filter(|s| s.name() == Ok(name)).count()
+}
+
 #[test]
 fn recipe_on_x86_64_with_rust_lld_gnu_ld_and_mold() {
     let lld = build(None, None);
@@ -317,38 +337,26 @@ fn recipe_on_x86_64_with_rust_lld_gnu_ld_and_mold() {
         !built.iter().any(|d| d.starts_with("stackmark-fixtures")),
         "fixtures were built for a dependent crate: {built:?}"
     );
-    let data = std::fs::read(&lld).unwrap();
-    let file = object::File::parse(&*data).unwrap();
     // rust-lld kept both kinds apart, as the script says.
-    assert!(file.section_by_name(".sframe.c").is_some());
-    assert!(file.section_by_name(".sframe.rust").is_some());
+    assert!(linked_by_lld(&lld));
+    assert_eq!(sections_named(&lld, ".sframe.c"), 1);
+    assert_eq!(sections_named(&lld, ".sframe.rust"), 1);
     check("x86_64, rust-lld", &lld, false);
     objdump_misreads_gas_pieces(&lld, "objdump");
 
     let bfd = build(None, Some("bfd"));
-    let data = std::fs::read(&bfd).unwrap();
-    let file = object::File::parse(&*data).unwrap();
-    let comment = file
-        .section_by_name(".comment")
-        .and_then(|s| s.data().ok())
-        .unwrap_or(&[]);
-    assert!(
-        !String::from_utf8_lossy(comment).contains("Linker: LLD"),
-        "linked by GNU ld"
-    );
+    assert!(!linked_by_lld(&bfd), "linked by GNU ld");
     check("x86_64, GNU ld", &bfd, false);
     objdump_misreads_gas_pieces(&bfd, "objdump");
 
     // mold reads no SECTIONS script: without section garbage collection it
     // keeps both kinds, in two sections called `.sframe`, side by side.
     let mold = build(None, Some("mold"));
-    let data = std::fs::read(&mold).unwrap();
-    let file = object::File::parse(&*data).unwrap();
-    let named: Vec<_> = file
-        .sections()
-        .filter(|s| s.name() == Ok(".sframe"))
-        .collect();
-    assert_eq!(named.len(), 2, "mold's SFrame sections");
+    assert_eq!(
+        sections_named(&mold, ".sframe"),
+        2,
+        "mold's SFrame sections"
+    );
     check("x86_64, mold", &mold, false);
 }
 
@@ -356,18 +364,10 @@ fn recipe_on_x86_64_with_rust_lld_gnu_ld_and_mold() {
 fn recipe_on_aarch64_with_gnu_ld_and_lld() {
     let t = Some("aarch64-unknown-linux-gnu");
     let bfd = build(t, None);
+    assert!(!linked_by_lld(&bfd), "linked by GNU ld");
     check("aarch64, GNU ld", &bfd, true);
     let lld = build(t, Some("lld"));
-    let data = std::fs::read(&lld).unwrap();
-    let file = object::File::parse(&*data).unwrap();
-    let comment = file
-        .section_by_name(".comment")
-        .and_then(|s| s.data().ok())
-        .unwrap_or(&[]);
-    assert!(
-        String::from_utf8_lossy(comment).contains("Linker: "),
-        "linked by lld"
-    );
+    assert!(linked_by_lld(&lld));
     check("aarch64, lld", &lld, true);
     objdump_misreads_gas_pieces(&lld, "aarch64-linux-gnu-objdump");
 }
