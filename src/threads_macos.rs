@@ -102,16 +102,7 @@ const FLAVOR: (c_int, usize) = (6, 68);
 /// signal's machine context (which is the same structure).
 #[cfg(target_arch = "x86_64")]
 fn regs_of(s: &[u64; 34]) -> crate::Regs {
-    crate::arch::x86_64::Regs {
-        rip: s[16],
-        rsp: s[7],
-        rbp: s[6],
-        rbx: s[1],
-        r12: s[12],
-        r13: s[13],
-        r14: s[14],
-        r15: s[15],
-    }
+    crate::os::macos::regs_from_state(s)
 }
 
 /// As above: `x[29]`, `fp`, `lr`, `sp`, `pc`, stripped of

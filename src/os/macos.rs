@@ -510,7 +510,13 @@ const X86_NAMES: [&str; 18] = [
 #[cfg(target_arch = "x86_64")]
 pub unsafe fn regs_from_ucontext(uc: *const c_void) -> crate::arch::x86_64::Regs {
     // SAFETY: forwarded from the caller.
-    let s = unsafe { &mcontext(uc).ss };
+    regs_from_state(unsafe { &mcontext(uc).ss })
+}
+
+/// The walk's registers from an `x86_THREAD_STATE64` (a signal context's
+/// `__ss`, or `thread_get_state`'s), at least 17 words.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn regs_from_state(s: &[u64]) -> crate::arch::x86_64::Regs {
     crate::arch::x86_64::Regs {
         rip: s[16],
         rsp: s[7],
