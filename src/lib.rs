@@ -31,16 +31,12 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod arch;
-pub mod end_cache;
+mod cache;
 pub mod formats;
 pub mod markup;
 pub mod memory;
 pub mod modules;
 pub mod os;
-pub mod rule_cache;
-pub mod scan_cache;
-mod seq_cache;
-pub mod step_cache;
 pub mod walk;
 
 #[cfg(any(target_os = "linux", target_os = "macos"))]
@@ -70,8 +66,5 @@ pub use walk::{Frame, Method, StopReason, WalkOptions, Walker};
 /// answers per pc, the remembered scans and the remembered walk ends. The
 /// next walk then runs cold (for measuring one). Safe at any time.
 pub fn clear_caches() {
-    rule_cache::clear();
-    step_cache::clear();
-    scan_cache::clear();
-    end_cache::clear();
+    cache::clear_all();
 }

@@ -615,7 +615,7 @@ impl Table {
         // caches it itself. A cold walk's first sight of each pc then pays
         // for one cache, not two.
         let hot = crate::walk::fast::classify_at(self, key, &self.lookup_uncached(key));
-        crate::step_cache::put(key, self.cache_gen, hot);
+        crate::cache::step::put(key, self.cache_gen, hot);
         hot
     }
 
@@ -783,7 +783,7 @@ fn next_cache_gen() -> u64 {
 const FOLLOWS_CALL_KEY: u64 = 1 << 63;
 
 impl CodeMap for Table {
-    /// Served from the per-pc cache ([`crate::rule_cache`]) when it holds
+    /// Served from the per-pc cache (the rule cache (`cache::rule`)) when it holds
     /// this pc for this table's generation.
     fn lookup(&self, pc: u64) -> Lookup {
         // No module holds such a pc, and its key would be one of
@@ -791,11 +791,11 @@ impl CodeMap for Table {
         if pc & FOLLOWS_CALL_KEY != 0 {
             return self.lookup_uncached(pc);
         }
-        if let Some(hit) = crate::rule_cache::get(pc, self.cache_gen) {
+        if let Some(hit) = crate::cache::rule::get(pc, self.cache_gen) {
             return hit;
         }
         let found = self.lookup_uncached(pc);
-        crate::rule_cache::put(pc, self.cache_gen, &found);
+        crate::cache::rule::put(pc, self.cache_gen, &found);
         found
     }
 
@@ -810,7 +810,7 @@ impl CodeMap for Table {
         self.cache_gen
     }
 
-    /// Served from the hot path's cache ([`crate::step_cache`]); a miss
+    /// Served from the hot path's cache (the step cache (`cache::step`)); a miss
     /// classifies the row found in the tables and remembers the answer.
     #[inline(always)]
     fn hot_at(&self, key: u64, generation: u64) -> Hot {
@@ -829,7 +829,7 @@ impl CodeMap for Table {
     /// table is not read).
     #[inline(always)]
     fn hot_cached(&self, key: u64, generation: u64) -> Option<Hot> {
-        crate::step_cache::get(key, generation)
+        crate::cache::step::get(key, generation)
     }
 
     /// A binary search over a handful of text ranges: cheaper than a
@@ -878,11 +878,11 @@ impl CodeMap for Table {
         start: u64,
         words: &mut [u64; crate::walk::SCAN_MEMO_WORDS],
     ) -> Option<usize> {
-        crate::scan_cache::get(start, self.cache_gen, words)
+        crate::cache::scan::get(start, self.cache_gen, words)
     }
 
     fn remember_scan(&self, start: u64, words: &[u64]) {
-        crate::scan_cache::put(start, self.cache_gen, words);
+        crate::cache::scan::put(start, self.cache_gen, words);
     }
 
     #[inline(always)]
@@ -891,11 +891,11 @@ impl CodeMap for Table {
         key: u64,
         take: impl FnOnce(&[core::sync::atomic::AtomicU64; crate::walk::END_WORDS]) -> R,
     ) -> Option<R> {
-        crate::end_cache::get_with(key, self.cache_gen, take)
+        crate::cache::end::get_with(key, self.cache_gen, take)
     }
 
     fn remember_end(&self, key: u64, words: &[u64; crate::walk::END_WORDS]) {
-        crate::end_cache::put(key, self.cache_gen, words, crate::walk::end::used);
+        crate::cache::end::put(key, self.cache_gen, words, crate::walk::end::used);
     }
 
     /// Remembered in the rule cache: stack scanning asks this of the same
@@ -914,13 +914,13 @@ impl CodeMap for Table {
         // The high bit keeps these keys apart from lookups, which never
         // cache a pc that has it (no user address does).
         let key = ra | FOLLOWS_CALL_KEY;
-        if let Some(hit) = crate::rule_cache::get(key, self.cache_gen) {
+        if let Some(hit) = crate::cache::rule::get(key, self.cache_gen) {
             return hit == Lookup::NoInfo;
         }
         let mut before = [0u8; 8];
         let yes = ra >= 8 && self.read_code(ra - 8, &mut before) && A::ends_with_call(&before);
         let answer = if yes { Lookup::NoInfo } else { Lookup::Outside };
-        crate::rule_cache::put(key, self.cache_gen, &answer);
+        crate::cache::rule::put(key, self.cache_gen, &answer);
         yes
     }
 

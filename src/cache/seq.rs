@@ -1,7 +1,7 @@
 //! A direct-mapped cache of `W` words per key, in static memory: the
-//! sequence-locked store behind the per-pc caches ([`crate::rule_cache`],
-//! whose documentation gives the protocol, and [`crate::step_cache`]) and
-//! the remembered scans ([`crate::scan_cache`]).
+//! sequence-locked store behind the per-pc caches ([`super`],
+//! whose documentation gives the protocol, and [`super::step`]) and
+//! the remembered scans ([`super::scan`]).
 
 use core::sync::atomic::{fence, AtomicU64, Ordering::*};
 

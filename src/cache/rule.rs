@@ -1,24 +1,10 @@
 //! A per-pc cache of module-table lookups, for profilers that walk the same
 //! code thousands of times a second: a sequence-locked cache holding each
 //! lookup packed into five words. The general step reads it; the hot path
-//! reads [`crate::step_cache`].
-//!
-//! Both caches are direct-mapped, in static memory, shared by every thread
-//! and safe in signal handlers: no lock, no allocation, no waiting. Each
-//! entry is a sequence lock: a writer claims it by making its sequence word
-//! odd (and gives up if another writer holds it), writes the key and the
-//! words, then publishes an even sequence word that also carries a cache
-//! generation. A reader takes an entry only if that word is even, of its
-//! generation, and unchanged after reading, so a torn entry reads as a miss
-//! and a refresh of the table invalidates every entry at once.
-//!
-//! A cache generation is what a module table's answers are kept under
-//! ([`crate::walk::CodeMap::hot_context`]): every finished table takes a
-//! new one, so two tables never share an answer. It is not
-//! [`crate::modules::Table::generation`], the count of refreshes.
+//! reads [`super::step`]. The protocol: [`super`].
 
+use super::seq::SeqCache;
 use crate::formats::sframe::{CfaRule, RegRule, Row};
-use crate::seq_cache::SeqCache;
 use crate::walk::Lookup;
 
 /// Number of entries (a power of two): 4096 × 56 bytes = 224 KiB.

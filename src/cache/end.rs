@@ -5,11 +5,11 @@
 //! rest of the walk gave and the stack words its steps read; a walk that
 //! reaches the same state finds every one of those words unchanged before
 //! it takes the remembered frames ([`crate::walk`] says why that gives the
-//! same walk). A sequence-locked cache, as [`crate::rule_cache`] describes.
+//! same walk). A sequence-locked cache, as [`super`] describes.
 
 use core::sync::atomic::AtomicU64;
 
-use crate::seq_cache::SeqCache;
+use super::seq::SeqCache;
 use crate::walk::end::{END_HEAD, END_WORDS};
 
 /// Number of entries: 32 × 600 bytes = 19 KiB.

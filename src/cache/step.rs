@@ -1,8 +1,8 @@
 //! The per-pc cache of [`Hot`] answers that the walk's hot path probes once
 //! per frame: a sequence-locked cache of one word per pc (see
-//! [`crate::rule_cache`] for the protocol).
+//! [`super`] for the protocol).
 
-use crate::seq_cache::SeqCache;
+use super::seq::SeqCache;
 use crate::walk::fast::Hot;
 
 /// Number of entries: 8192 × 24 bytes = 192 KiB.

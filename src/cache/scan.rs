@@ -6,9 +6,9 @@
 //! word again without testing the others only if the stack still holds
 //! every one of them. Same words and same module table give the same
 //! answer, so this changes no walk. A sequence-locked cache, as
-//! [`crate::rule_cache`] describes.
+//! [`super`] describes.
 
-use crate::seq_cache::SeqCache;
+use super::seq::SeqCache;
 use crate::walk::SCAN_MEMO_WORDS;
 
 /// Number of entries: 64 × 280 bytes = 17.5 KiB.
