@@ -118,7 +118,7 @@ mod bench {
                     };
                     unwinder.add_module(Module::new(path, bias..bias + end, bias, info));
                 }
-                let stack = stackmark::os::linux::registered_stack().expect("registered thread");
+                let stack = stackmark::sys::linux::registered_stack().expect("registered thread");
                 Framehop {
                     unwinder,
                     cache: CacheX86_64::new(),

@@ -12,20 +12,13 @@ use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering::SeqCst};
 
 use crate::markup::{FdSink, Markup};
+use crate::report::{
+    claim_turn, forget_reports_in_child, sleep_ms, write_thread, write_trailer, Claim, OWNER,
+    PENDING,
+};
+pub use crate::report::{reporting_thread, CRASH_SIGNALS, MAX_CRASH_FRAMES};
+use crate::sys::gettid;
 use crate::walk::Frame;
-
-/// The signals the crash handler reports.
-pub const CRASH_SIGNALS: [c_int; 6] = [
-    libc::SIGSEGV,
-    libc::SIGBUS,
-    libc::SIGILL,
-    libc::SIGFPE,
-    libc::SIGABRT,
-    libc::SIGTRAP,
-];
-
-/// Most frames a crash report shows.
-pub const MAX_CRASH_FRAMES: usize = 256;
 
 /// Size of the alternate signal stack [`install_altstack`] gives a thread.
 pub const ALTSTACK_SIZE: usize = 64 * 1024;
@@ -54,24 +47,10 @@ static SHARED: Shared = Shared {
 };
 
 static INSTALLED: AtomicBool = AtomicBool::new(false);
-/// The thread id writing a report now (0: none).
-static OWNER: AtomicI32 = AtomicI32::new(0);
-/// Threads inside the handler that have not finished their report.
-static PENDING: AtomicUsize = AtomicUsize::new(0);
 /// Where reports go.
 static FD: AtomicI32 = AtomicI32::new(2);
 /// Test hook: make the report itself fault.
 static FAULT_IN_REPORT: AtomicBool = AtomicBool::new(false);
-
-/// The thread id writing a crash or panic report right now, or 0. Lets a
-/// test allocator prove that reports never allocate.
-pub fn reporting_thread() -> i32 {
-    OWNER.load(SeqCst)
-}
-
-/// How long a panic report waits for another thread's report to end before
-/// it is written anyway: mixed lines are better than none.
-const PANIC_WAIT_MS: u32 = 5000;
 
 /// How long a crash waits for another thread's report to end. A report
 /// takes milliseconds; one still going after this is stuck (a panic report
@@ -80,94 +59,6 @@ const PANIC_WAIT_MS: u32 = 5000;
 /// ends the process without its own report: two reports cannot share the
 /// crash stack.
 const CRASH_WAIT_MS: u32 = 5000;
-
-/// Makes a child after `fork` forget the reports of the parent's other
-/// threads, which do not exist in the child and would hold the report turn
-/// for good. Registered once, by whatever installs a reporter.
-pub(crate) fn forget_reports_in_child() {
-    static REGISTERED: AtomicBool = AtomicBool::new(false);
-    extern "C" fn in_child() {
-        // Only the forking thread is left, and it is in no report: reports
-        // never fork.
-        OWNER.store(0, SeqCst);
-        PENDING.store(0, SeqCst);
-    }
-    crate::os::once_in_fork_child(&REGISTERED, in_child);
-}
-
-/// A panic report's turn: crash and panic reports are written one at a time,
-/// or the lines of two reports (each with its own `reset` and module ids)
-/// would mix and neither would symbolize. Released on drop.
-pub(crate) struct ReportTurn(bool);
-
-impl ReportTurn {
-    /// Waits for the turn, for at most [`PANIC_WAIT_MS`]. A thread that
-    /// holds it already (a panic inside its own report) goes on.
-    pub(crate) fn take() -> ReportTurn {
-        ReportTurn(claim_turn(&OWNER, gettid(), PANIC_WAIT_MS) == Claim::Taken)
-    }
-
-    /// Waits for the turn as [`ReportTurn::take`] does, for a dump; `None`
-    /// if another thread kept it, if this one holds it already (a dump
-    /// inside its own report would reuse the report's buffers), or if a
-    /// crash is waiting for it: a dump repeated in a loop would otherwise
-    /// take the turn back before the crash's next poll, every time.
-    #[cfg(target_os = "linux")]
-    pub(crate) fn take_for_dump() -> Option<ReportTurn> {
-        if PENDING.load(SeqCst) != 0 {
-            return None;
-        }
-        let turn = ReportTurn::take();
-        turn.0.then_some(turn)
-    }
-}
-
-/// How waiting for the report turn ([`OWNER`]) ended.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Claim {
-    /// This thread holds it now.
-    Taken,
-    /// This thread held it already: it is inside its own report.
-    AlreadyMine,
-    /// Another thread held it for the whole wait.
-    TimedOut,
-}
-
-/// Waits for the report turn, polling every millisecond, for at most
-/// `max_ms` milliseconds on the monotonic clock (a sleep a signal cuts
-/// short, as a sampled thread's timer does, counts only its time).
-/// Async-signal-safe.
-fn claim_turn(owner: &AtomicI32, tid: i32, max_ms: u32) -> Claim {
-    let deadline = crate::os::monotonic_ns() + u64::from(max_ms) * 1_000_000;
-    loop {
-        match owner.compare_exchange(0, tid, SeqCst, SeqCst) {
-            Ok(_) => return Claim::Taken,
-            Err(owner) if owner == tid => return Claim::AlreadyMine,
-            Err(_) if crate::os::monotonic_ns() >= deadline => return Claim::TimedOut,
-            Err(_) => sleep_ms(1),
-        }
-    }
-}
-
-impl Drop for ReportTurn {
-    fn drop(&mut self) {
-        if self.0 {
-            OWNER.store(0, SeqCst);
-        }
-    }
-}
-
-/// The last line of a report. `more` says the walk was cut at the
-/// report's frame limit.
-pub(crate) fn write_trailer<S: crate::markup::Sink>(m: &mut Markup<'_, S>, n: usize, more: bool) {
-    m.text("stackmark: end of report (")
-        .dec(n as u64)
-        .text(" frames");
-    if more {
-        m.text("; the stack goes on: more frames not shown");
-    }
-    m.text(")").newline();
-}
 
 /// Makes the next crash report fault half-way, to test that a crash inside
 /// the handler ends the process instead of looping. For tests only.
@@ -180,13 +71,13 @@ pub fn corrupt_for_test() {
 #[derive(Debug)]
 pub enum CrashError {
     /// The module table could not be built; nothing was installed.
-    Init(crate::InitError),
+    Init(crate::live::InitError),
     /// The handlers are installed, but the module table could not be
     /// rebuilt to learn the signal restorer they taught it (a walk guard
     /// held across two refreshes, say). Reports still work, but may not
     /// cross other handlers' signal frames; calling the install again
     /// retries the rebuild.
-    Refresh(crate::InitError),
+    Refresh(crate::live::InitError),
     /// A system call failed.
     Os(std::io::Error),
 }
@@ -247,7 +138,7 @@ impl Drop for OwnAltstack {
 /// `mprotect` covers whole pages, and a 4 KiB guard would take the rest of
 /// its page from the stack.
 fn altstack_guard() -> usize {
-    crate::os::page_size() as usize
+    crate::sys::page_size() as usize
 }
 
 /// Unmaps an alternate stack that [`install_altstack`] mapped at `p`, with
@@ -353,7 +244,7 @@ fn install(fd: Option<c_int>) -> Result<(), CrashError> {
         FD.store(fd, SeqCst);
     }
     if crate::modules::current().is_none() {
-        crate::init().map_err(CrashError::Init)?;
+        crate::live::init_table().map_err(CrashError::Init)?;
     }
     install_altstack()?;
     forget_reports_in_child();
@@ -368,7 +259,7 @@ fn install(fd: Option<c_int>) -> Result<(), CrashError> {
     // Installing handlers taught glibc's restorer to the table; refresh so
     // the walk recognises signal frames.
     if NEEDS_REFRESH.load(SeqCst) {
-        crate::refresh().map_err(CrashError::Refresh)?;
+        crate::live::refresh().map_err(CrashError::Refresh)?;
         NEEDS_REFRESH.store(false, SeqCst);
     }
     Ok(())
@@ -411,22 +302,6 @@ fn install_handlers() -> Result<(), CrashError> {
 const MAP_FLAGS: c_int = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK;
 #[cfg(target_os = "macos")]
 const MAP_FLAGS: c_int = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
-
-/// The calling thread's id (also the sampler's).
-#[cfg(target_os = "linux")]
-pub(crate) fn gettid() -> i32 {
-    // SAFETY: gettid has no preconditions.
-    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
-}
-
-/// The thread's system-wide id (truncated: ids stay far below 2^31).
-#[cfg(target_os = "macos")]
-pub(crate) fn gettid() -> i32 {
-    let mut id = 0u64;
-    // SAFETY: pthread_threadid_np writes the calling thread's id into `id`.
-    unsafe { libc::pthread_threadid_np(libc::pthread_self(), &mut id) };
-    id as i32
-}
 
 /// Sends `sig` to the calling thread again, with its siginfo `info` where
 /// the system allows (Linux: a process may queue any siginfo to itself), so
@@ -530,15 +405,6 @@ fn restore_and_reraise(sig: c_int, info: *const libc::siginfo_t) {
     }
 }
 
-fn sleep_ms(ms: i64) {
-    let ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: ms * 1_000_000,
-    };
-    // SAFETY: nanosleep with a valid timespec; async-signal-safe.
-    unsafe { libc::nanosleep(&ts, core::ptr::null_mut()) };
-}
-
 /// Size of the stack reports run on.
 const CRASH_STACK_SIZE: usize = 128 * 1024;
 
@@ -612,7 +478,7 @@ unsafe fn on_stack(top: *mut u8, f: extern "C" fn(*mut c_void), arg: *mut c_void
 extern "C" fn on_crash(sig: c_int, info: *mut libc::siginfo_t, uc: *mut c_void) {
     // A handler installed before ours may recover from the fault and resume
     // the code it interrupted, which must find its errno as it left it.
-    crate::os::keeping_errno(|| handle_crash(sig, info, uc));
+    crate::sys::keeping_errno(|| handle_crash(sig, info, uc));
 }
 
 fn handle_crash(sig: c_int, info: *mut libc::siginfo_t, uc: *mut c_void) {
@@ -653,10 +519,10 @@ fn handle_crash(sig: c_int, info: *mut libc::siginfo_t, uc: *mut c_void) {
 /// crash counts in `pending`: waits until for 20 ms no crash has been
 /// pending and no report under way, for 2 s at most.
 fn wait_for_other_reports(pending: &AtomicUsize, owner: &AtomicI32) {
-    let start = crate::os::monotonic_ns();
+    let start = crate::sys::monotonic_ns();
     let mut busy = start;
     loop {
-        let now = crate::os::monotonic_ns();
+        let now = crate::sys::monotonic_ns();
         if pending.load(SeqCst) != 0 || owner.load(SeqCst) != 0 {
             busy = now;
         }
@@ -725,24 +591,6 @@ pub fn signal_name(sig: c_int) -> &'static str {
     }
 }
 
-/// Writes the calling thread's id and name: `thread 1234 "main"`.
-pub(crate) fn write_thread<S: crate::markup::Sink>(m: &mut Markup<'_, S>) {
-    let mut name = [0u8; 17];
-    // SAFETY: PR_GET_NAME writes at most 16 bytes plus a NUL into `name`.
-    #[cfg(target_os = "linux")]
-    unsafe {
-        libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr())
-    };
-    // SAFETY: writes at most `name.len()` bytes, NUL included.
-    #[cfg(target_os = "macos")]
-    unsafe {
-        libc::pthread_getname_np(libc::pthread_self(), name.as_mut_ptr().cast(), name.len())
-    };
-    let len = name.iter().position(|&b| b == 0).unwrap_or(16);
-    m.text("thread ").dec(gettid() as u64).text(" \"");
-    m.free_text(&name[..len]).text("\"");
-}
-
 /// The whole report: header, registers, markup backtrace, trailer. Runs in
 /// the signal handler; everything it calls is async-signal-safe.
 ///
@@ -756,7 +604,7 @@ unsafe fn report(
     frames: &mut [Frame],
 ) {
     // Dropped last, after the sink's final write.
-    let _quiet = crate::os::QuietSigpipe::new();
+    let _quiet = crate::sys::QuietSigpipe::new();
     let mut sink = FdSink::new(fd);
     let mut m = Markup::new(&mut sink);
     // SAFETY: `info` is the kernel's siginfo_t.
@@ -792,7 +640,7 @@ unsafe fn report(
     write_thread(&mut m);
     m.newline();
     // SAFETY: `uc` is the kernel's ucontext_t.
-    unsafe { crate::os::write_registers(&mut m, uc) };
+    unsafe { crate::markup::write_registers(&mut m, uc) };
     if FAULT_IN_REPORT.load(SeqCst) {
         // SAFETY: none: the fault is the point (see `corrupt_for_test`).
         unsafe { core::ptr::null_mut::<u64>().write_volatile(1) };
@@ -800,7 +648,7 @@ unsafe fn report(
     let (n, more) = match crate::modules::current() {
         Some(table) => {
             // SAFETY: `uc` is the kernel's ucontext_t.
-            let regs = unsafe { crate::os::regs_from_ucontext(uc) };
+            let regs = unsafe { crate::arch::regs_from_ucontext(uc) };
             // After x86_64's `int3` the pc is already past it, like a
             // return address: frame 0 is looked up one byte back, in the
             // function the breakpoint is in, and written as `:ra`.
@@ -839,7 +687,7 @@ mod tests {
         // sleeps made a 5 s wait some 0.5 s at 10 kHz, and reports mixed.
         let owner = AtomicI32::new(-5);
         let every = std::time::Duration::from_micros(100);
-        let (claim, waited) = crate::os::interrupted_every(every, || {
+        let (claim, waited) = crate::sys::interrupted_every(every, || {
             let start = std::time::Instant::now();
             (claim_turn(&owner, 1, 300), start.elapsed())
         });

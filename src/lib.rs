@@ -5,7 +5,7 @@
 //! * [`arch`]: registers, capture and unwind rules per architecture.
 //! * [`memory`]: the bounded reader every walk reads through.
 //! * [`walk`]: the walk itself, generic over architecture, memory and code map.
-//! * [`modules`] and [`os`]: the fixed-memory module table and its discovery.
+//! * [`modules`] and [`discover`]: the fixed-memory module table and its discovery; [`sys`]: the operating system underneath.
 //! * [`markup`]: the symbolizer markup writer.
 //! * [`crash`], [`panic_hook`], (Linux) [`sample`] and [`threads`]: a crash
 //!   handler, a panic hook, a sampling profiler and every thread's stack,
@@ -32,11 +32,12 @@
 
 pub mod arch;
 mod cache;
+pub mod discover;
 pub mod formats;
 pub mod markup;
 pub mod memory;
 pub mod modules;
-pub mod os;
+pub mod sys;
 pub mod walk;
 
 #[cfg(any(target_os = "linux", target_os = "macos"))]
@@ -45,6 +46,8 @@ pub mod crash;
 mod live;
 #[cfg(any(target_os = "linux", target_os = "macos"))]
 pub mod panic_hook;
+#[cfg(any(target_os = "linux", target_os = "macos"))]
+mod report;
 #[cfg(target_os = "linux")]
 pub mod sample;
 #[cfg(target_os = "linux")]
@@ -61,6 +64,17 @@ pub use crash::{install_altstack, install_crash_handler};
 #[cfg(any(target_os = "linux", target_os = "macos"))]
 pub use panic_hook::install_panic_hook;
 pub use walk::{Frame, Method, StopReason, WalkOptions, Walker};
+
+#[cfg(any(target_os = "linux", target_os = "macos"))]
+/// Builds the module table, records this thread's stack bounds and (on
+/// Linux) readies the sample ring for `fork`. Call it
+/// once at start-up, outside any signal handler, and again (or [`refresh`])
+/// after loading or unloading libraries. Returns the table's generation.
+pub fn init() -> Result<u64, InitError> {
+    #[cfg(target_os = "linux")]
+    sample::ready_for_fork();
+    live::init_table()
+}
 
 /// Empties every cache a walk learns from: the lookups and the hot path's
 /// answers per pc, the remembered scans and the remembered walk ends. The

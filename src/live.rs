@@ -4,8 +4,8 @@
 use core::ffi::c_void;
 
 use crate::arch::{Arch, Native};
+use crate::memory::LiveMemory;
 use crate::modules::{self, TableGuard};
-use crate::os::LiveMemory;
 use crate::walk::{CodeMap, Frame, WalkOptions, Walker};
 
 /// The native register set.
@@ -20,7 +20,7 @@ impl CodeMap for TableGuard {
     crate::walk::code_map_through_deref!();
 }
 
-/// Why [`init`] or [`refresh`] failed. The published module table stays as
+/// Why [`init`](crate::init) or [`refresh`] failed. The published module table stays as
 /// it was.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum InitError {
@@ -58,14 +58,11 @@ impl core::fmt::Display for InitError {
 
 impl std::error::Error for InitError {}
 
-/// Builds the module table, records this thread's stack bounds and (on
-/// Linux) readies the sample ring for `fork`. Call it
-/// once at start-up, outside any signal handler, and again (or [`refresh`])
-/// after loading or unloading libraries. Returns the table's generation.
-pub fn init() -> Result<u64, InitError> {
+/// Builds the module table and records this thread's stack bounds:
+/// [`crate::init`] without readying the sample ring, for the reporters
+/// inside the crate. Returns the table's generation.
+pub(crate) fn init_table() -> Result<u64, InitError> {
     register_thread();
-    #[cfg(target_os = "linux")]
-    crate::sample::ready_for_fork();
     refresh()
 }
 
@@ -79,7 +76,7 @@ pub fn init() -> Result<u64, InitError> {
 /// [`InitError::InUse`], changing nothing. So drop guards and walkers
 /// before refreshing a second time.
 pub fn refresh() -> Result<u64, InitError> {
-    crate::os::refresh().map_err(InitError::from)
+    crate::discover::refresh().map_err(InitError::from)
 }
 
 /// Records the calling thread's stack bounds so walks on this thread,
@@ -90,7 +87,7 @@ pub fn refresh() -> Result<u64, InitError> {
 /// registered at once (or a crowded corner of the table) a thread stays
 /// unregistered. Not async-signal-safe.
 pub fn register_thread() {
-    crate::os::register_thread();
+    crate::sys::register_thread();
 }
 
 /// Captures the registers of the calling function, just after the capture.
@@ -102,7 +99,7 @@ pub fn capture() -> Regs {
 
 /// A live walk from `regs`. `precise` says whether the pc is an exact
 /// instruction (a signal context) rather than a return address. `None`
-/// before [`init`]. The walker pins the module table: the refresh after the
+/// before [`init`](crate::init). The walker pins the module table: the refresh after the
 /// one that replaces it waits for it (see [`refresh`]).
 pub fn walker(regs: Regs, precise: bool, opts: WalkOptions) -> Option<LiveWalker> {
     let table = modules::current()?;
@@ -111,7 +108,7 @@ pub fn walker(regs: Regs, precise: bool, opts: WalkOptions) -> Option<LiveWalker
 }
 
 /// Walks from `regs` into `out`; returns the number of frames written (0
-/// before [`init`]); `out` past them is unspecified ([`Walker::fill`]).
+/// before [`init`](crate::init)); `out` past them is unspecified ([`Walker::fill`]).
 /// Allocation-free, lock-free and async-signal-safe.
 pub fn walk_from(regs: Regs, precise: bool, opts: WalkOptions, out: &mut [Frame]) -> usize {
     // Built in place rather than through `walker`: moving the walker out of
@@ -183,7 +180,7 @@ fn read_got_slot(ra: u64, slot: u64) -> Option<u64> {
         // SAFETY: the slot lies in a readable segment of a module that is
         // never unloaded and whose file cannot shrink.
         word = unsafe { core::ptr::read_unaligned(slot as *const [u8; 8]) };
-    } else if !crate::os::read_checked(slot, &mut word) {
+    } else if !crate::sys::read_checked(slot, &mut word) {
         return None;
     }
     Some(u64::from_le_bytes(word))
@@ -196,7 +193,7 @@ fn read_got_slot(ra: u64, slot: u64) -> Option<u64> {
 /// `SA_SIGINFO` handler.
 pub unsafe fn regs_from_ucontext(uc: *const c_void) -> Regs {
     // SAFETY: forwarded from the caller.
-    unsafe { crate::os::regs_from_ucontext(uc) }
+    unsafe { crate::arch::regs_from_ucontext(uc) }
 }
 
 /// Walks from a signal handler's `ucontext_t` into `out`: frame 0 is the
@@ -211,4 +208,24 @@ pub unsafe fn walk_ucontext(uc: *const c_void, out: &mut [Frame]) -> usize {
     // SAFETY: forwarded from the caller.
     let regs = unsafe { regs_from_ucontext(uc) };
     walk_from(regs, true, filling(out), out)
+}
+
+#[cfg(test)]
+mod tests {
+    /// `<T as NotSend<_>>::check()` compiles only while `T` is not `Send`:
+    /// for a `Send` type both impls apply and the call is ambiguous.
+    trait NotSend<A> {
+        fn check() {}
+    }
+    impl<T: ?Sized> NotSend<()> for T {}
+    struct IsSend;
+    impl<T: ?Sized + Send> NotSend<IsSend> for T {}
+
+    /// A reader sent to another thread read its stack after the thread had
+    /// exited and glibc had unmapped it: SIGSEGV in safe code.
+    #[test]
+    fn a_live_reader_and_a_live_walker_stay_on_their_thread() {
+        <crate::memory::LiveMemory as NotSend<_>>::check();
+        <super::LiveWalker as NotSend<_>>::check();
+    }
 }

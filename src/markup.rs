@@ -64,6 +64,10 @@
 //! );
 //! ```
 
+mod registers;
+#[cfg(any(target_os = "linux", target_os = "macos"))]
+pub use registers::write_registers;
+
 mod sink;
 
 pub use sink::{FdSink, Sink, SliceSink, FD_SINK_BUFFER, FD_SINK_WAIT_MS};

@@ -10,7 +10,7 @@
 //! Each module's SFrame data is copied at refresh into memory the table owns
 //! (an anonymous mapping), so a library unloaded between refreshes leaves the
 //! walk with stale addresses but never with unmapped unwind data; code bytes
-//! are only read through a checked copy (see [`crate::os`]).
+//! are only read through a checked copy (see [`crate::discover`]).
 
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
@@ -870,7 +870,7 @@ impl CodeMap for Table {
             };
             return true;
         }
-        crate::os::read_checked(addr, buf)
+        crate::sys::read_checked(addr, buf)
     }
 
     fn recall_scan(
@@ -947,7 +947,7 @@ impl CodeMap for Table {
         }
         let mut code = [0u8; 16];
         let code = &mut code[..A::SIGRETURN_CODE.len()];
-        crate::os::read_checked(pc, code) && code == A::SIGRETURN_CODE
+        crate::sys::read_checked(pc, code) && code == A::SIGRETURN_CODE
     }
 
     /// Where [`Self::is_sigreturn`] makes its checked read: outside every
@@ -955,7 +955,7 @@ impl CodeMap for Table {
     fn sigreturn_reads_memory<A: crate::arch::Arch>(&self, pc: u64) -> bool {
         !self.is_trampoline(pc)
             && self.module_for_addr(pc).is_none()
-            && crate::os::may_be_mapped(pc, A::SIGRETURN_CODE.len())
+            && crate::sys::may_be_mapped(pc, A::SIGRETURN_CODE.len())
     }
 }
 
@@ -1171,7 +1171,7 @@ pub(crate) fn refresh_with(
     extern "C" fn in_child() {
         REGISTRY.forget_refresh_in_child();
     }
-    crate::os::once_in_fork_child(&AT_FORK, in_child);
+    crate::sys::once_in_fork_child(&AT_FORK, in_child);
     REGISTRY.refresh_within(wait, fill, release)
 }
 
@@ -1721,5 +1721,100 @@ mod tests {
         }
         assert!(libc::WIFEXITED(status), "{status:#x}");
         assert_eq!(libc::WEXITSTATUS(status), 0, "{status:#x}");
+    }
+
+    mod walks {
+        //! Walks over a real table (the walk's own tests use a fake code map).
+        use crate::arch::x86_64::X86_64;
+        use crate::memory::SliceMemory;
+        use crate::modules::{Module, Segment, Table};
+        use crate::walk::tests::{stack, x86, Remembering, CODE, STACK};
+        use crate::walk::{Frame, StopReason, WalkOptions, Walker};
+
+        /// A module table of one module whose code is `[start, start + size)`,
+        /// finished as cache generation `generation`.
+        fn one_module_table(start: u64, size: u64, generation: u64) -> Box<Table> {
+            let mut m = Module::EMPTY;
+            m.set_name(b"m");
+            assert!(m.push_segment(Segment {
+                start,
+                size,
+                vaddr: start,
+                flags: 5,
+            }));
+            let mut t = Box::new(Table::EMPTY);
+            t.push(m);
+            t.finish(generation);
+            t
+        }
+
+        #[test]
+        fn a_table_finished_as_generation_0_walks_the_same_with_and_without_the_hot_path() {
+            let t = one_module_table(CODE, 0x1000, 0);
+            // Frame 0 in the module, no row; its frame record returns to pc 1,
+            // whose lookup key (0) is what every empty cache entry holds.
+            let st = stack(&[0, 0, 0, 1, 0, 0]);
+            let regions = [(STACK, &st[..])];
+            let regs = x86(CODE + 0x10, STACK, STACK + 16);
+            let run = |fast_path| {
+                let opts = WalkOptions {
+                    fast_path,
+                    ..Default::default()
+                };
+                let mut w: Walker<X86_64, _, _> =
+                    Walker::new(regs, true, SliceMemory::new(&regions), &*t, opts);
+                let mut buf = [Frame::default(); 8];
+                let n = w.fill(&mut buf);
+                (buf[..n].to_vec(), w.stop_reason())
+            };
+            let general = run(false);
+            assert_eq!(general.0.len(), 1, "{general:x?}");
+            assert_eq!(run(true), general);
+        }
+
+        #[test]
+        fn a_return_address_into_the_entry_function_ends_every_walk_there_with_or_without_tables() {
+            // Real code bytes: an x86_64 `call rel32` ending at +32 (the entry
+            // point follows it) and another ending at +72, which a scan would take.
+            let mut code = [0u8; 128];
+            code[27] = 0xe8;
+            code[67] = 0xe8;
+            let base = code.as_ptr() as u64;
+            let entry = base + 32;
+            let mut t = one_module_table(base, 128, 0x5eed_00e1);
+            t.set_entry(entry);
+            // Frame 0's record returns into the entry function with a frame
+            // pointer that leads nowhere (glibc's start code keeps none); further
+            // up, a word a scan would take for a caller.
+            let st = stack(&[0, 0, 0x10, entry + 5, 0, 0, base + 72, 0]);
+            let regions = [(STACK, &st[..])];
+            let regs = x86(base + 0x10, STACK, STACK + 16);
+            for use_tables in [true, false] {
+                for fast_path in [true, false] {
+                    let opts = WalkOptions {
+                        use_tables,
+                        fast_path,
+                        ..Default::default()
+                    };
+                    // The first walk marks its end, the second records it, the
+                    // third replays it: all three must agree.
+                    let memo = Remembering::new(&*t);
+                    for pass in 0..3 {
+                        let mut w: Walker<X86_64, _, _> =
+                            Walker::new(regs, true, SliceMemory::new(&regions), &memo, opts);
+                        let mut buf = [Frame::default(); 8];
+                        let n = w.fill(&mut buf);
+                        let pcs: Vec<u64> = buf[..n].iter().map(|f| f.pc).collect();
+                        assert_eq!(
+                            (pcs, w.stop_reason()),
+                            (vec![base + 0x10, entry + 5], StopReason::Outermost),
+                            "tables {use_tables}, hot path {fast_path}, pass {pass}"
+                        );
+                    }
+                    let remembered = memo.ends.borrow().len();
+                    assert_eq!(remembered, fast_path as usize, "the walk end is kept");
+                }
+            }
+        }
     }
 }

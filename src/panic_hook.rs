@@ -52,9 +52,9 @@ pub fn install_panic_hook() {
 /// ```
 pub fn install_panic_hook_with(opts: PanicHookOptions) {
     if crate::modules::current().is_none() {
-        let _ = crate::init();
+        let _ = crate::live::init_table();
     }
-    crate::crash::forget_reports_in_child();
+    crate::report::forget_reports_in_child();
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         // A hook of ours reached from another of ours (installed twice,
@@ -85,16 +85,16 @@ thread_local! {
 fn report(info: &PanicHookInfo<'_>, opts: &PanicHookOptions) {
     // Before the turn: a thread's handle may be made (allocated) on first use.
     let thread = std::thread::current();
-    let _turn = crate::crash::ReportTurn::take();
+    let _turn = crate::report::ReportTurn::take();
     // Dropped last, after the sink's final write.
-    let _quiet = crate::os::QuietSigpipe::new();
+    let _quiet = crate::sys::QuietSigpipe::new();
     let mut frames = [Frame::default(); MAX_PANIC_FRAMES];
-    let (regs, precise) = crate::capture_here();
+    let (regs, precise) = crate::live::capture_here();
     let (n, more) = crate::live::walk_for_report(regs, precise, &mut frames);
     let mut sink = FdSink::new(opts.fd);
     let mut m = Markup::new(&mut sink);
     m.text("stackmark: panic in ");
-    crate::crash::write_thread(&mut m);
+    crate::report::write_thread(&mut m);
     if let Some(name) = thread.name() {
         m.text(" (").free_text(name.as_bytes()).text(")");
     }
@@ -130,5 +130,5 @@ fn report(info: &PanicHookInfo<'_>, opts: &PanicHookOptions) {
     if let Some(table) = crate::modules::current() {
         m.backtrace(table.modules(), &frames[..n], opts.scope);
     }
-    crate::crash::write_trailer(&mut m, n, more);
+    crate::report::write_trailer(&mut m, n, more);
 }

@@ -147,17 +147,17 @@ static RING: Ring = Ring {
 /// `uc` must be the `ucontext_t` the kernel passed to an `SA_SIGINFO`
 /// handler.
 pub unsafe fn record(uc: *const c_void) {
-    let start = crate::os::monotonic_ns();
+    let start = crate::sys::monotonic_ns();
     let mut frames = [Frame::default(); SAMPLE_DEPTH];
     // SAFETY: forwarded from the caller.
-    let regs = unsafe { crate::regs_from_ucontext(uc) };
-    let n = crate::walk_from(regs, true, PROFILE_OPTIONS, &mut frames);
+    let regs = unsafe { crate::arch::regs_from_ucontext(uc) };
+    let n = crate::live::walk_from(regs, true, PROFILE_OPTIONS, &mut frames);
     match claim() {
         Some((slot, lap)) => {
             // SAFETY: the claim makes this writer the slot's only user
             // until it publishes the sample.
             let s = unsafe { &mut *slot.sample.get() };
-            s.tid = crate::crash::gettid();
+            s.tid = crate::sys::gettid();
             s.len = n as u16;
             s.precise = 0;
             for (i, (d, f)) in s.pcs.iter_mut().zip(&frames[..n]).enumerate() {
@@ -172,7 +172,7 @@ pub unsafe fn record(uc: *const c_void) {
         }
     }
     RING.handler_ns
-        .fetch_add(crate::os::monotonic_ns().saturating_sub(start), Relaxed);
+        .fetch_add(crate::sys::monotonic_ns().saturating_sub(start), Relaxed);
 }
 
 /// Claims the next position of the ring: its slot and lap, or `None` when
@@ -251,7 +251,7 @@ extern "C" fn on_sigprof(_sig: c_int, info: *mut libc::siginfo_t, uc: *mut c_voi
         RING.missed.fetch_add(overrun, Relaxed);
     }
     // SAFETY: `uc` comes from the kernel.
-    crate::os::keeping_errno(|| unsafe { record(uc) });
+    crate::sys::keeping_errno(|| unsafe { record(uc) });
 }
 
 /// Starts sampling every thread at `hz` samples per second of CPU time
@@ -294,7 +294,7 @@ fn period(hz: u32) -> std::io::Result<core::time::Duration> {
 /// refreshes the module table (building it first if needed).
 fn install() -> std::io::Result<()> {
     if crate::modules::current().is_none() {
-        let _ = crate::init();
+        let _ = crate::live::init_table();
     }
     // SAFETY: installs a handler that only records samples.
     unsafe {
@@ -316,7 +316,7 @@ fn install() -> std::io::Result<()> {
         // The handler's trampoline is known now: let walks cross it. Not
         // worth a wait for a guard someone holds on the table this reuses:
         // failing leaves it to the program's next refresh.
-        let _ = crate::os::linux::refresh_waiting(FIRST_START_WAIT);
+        let _ = crate::discover::linux::refresh_waiting(FIRST_START_WAIT);
         wipe_ring_on_fork();
         prefault_ring();
     }
@@ -332,7 +332,7 @@ const FIRST_START_WAIT: core::time::Duration = core::time::Duration::from_millis
 /// handler of the program's own that calls [`record`] is covered too.
 pub(crate) fn ready_for_fork() {
     static AT_FORK: AtomicBool = AtomicBool::new(false);
-    crate::os::once_in_fork_child(&AT_FORK, forget_samples_in_child);
+    crate::sys::once_in_fork_child(&AT_FORK, forget_samples_in_child);
 }
 
 /// In a child after `fork`: only the forking thread is left, so a slot
@@ -412,7 +412,7 @@ impl ThreadTimer {
         let mut ev: libc::sigevent = unsafe { core::mem::zeroed() };
         ev.sigev_notify = libc::SIGEV_THREAD_ID;
         ev.sigev_signo = libc::SIGPROF;
-        ev.sigev_notify_thread_id = crate::crash::gettid();
+        ev.sigev_notify_thread_id = crate::sys::gettid();
         ev.sigev_value = libc::sigval {
             sival_ptr: &OURS as *const u8 as *mut c_void,
         };
@@ -630,9 +630,9 @@ mod fork_tests {
     #[test]
     fn a_drain_inside_a_drain_or_beside_one_hands_out_nothing_and_wedges_nothing() {
         let _t = turn();
-        crate::init().unwrap();
+        crate::live::init_table().unwrap();
         drain(|_| {});
-        let me = crate::crash::gettid();
+        let me = crate::sys::gettid();
         for _ in 0..3 {
             record_here();
         }
@@ -671,7 +671,7 @@ mod fork_tests {
         // SAFETY: the child only records, drains and leaves with _exit.
         let pid = unsafe { libc::fork() };
         if pid == 0 {
-            let me = crate::crash::gettid();
+            let me = crate::sys::gettid();
             record_here();
             let mut mine = 0;
             drain(|s| mine += i32::from(s.tid == me));

@@ -86,7 +86,7 @@ pub enum Error {
     /// Choose another [`Options::signal`].
     SignalTaken(c_int),
     /// The module table could not be built.
-    Init(crate::InitError),
+    Init(crate::live::InitError),
     /// A system call failed.
     Os(std::io::Error),
     /// Another report kept the report turn for its whole wait, or a crash
@@ -227,14 +227,14 @@ pub fn configure(opts: Options) -> Result<(), Error> {
 fn setup(opts: Options) -> Result<(), Error> {
     let sig = opts.signal;
     if !(1..=64).contains(&sig)
-        || crate::crash::CRASH_SIGNALS.contains(&sig)
+        || crate::report::CRASH_SIGNALS.contains(&sig)
         || sig == libc::SIGKILL
         || sig == libc::SIGSTOP
     {
         return Err(Error::BadSignal(sig));
     }
     if crate::modules::current().is_none() {
-        crate::init().map_err(Error::Init)?;
+        crate::live::init_table().map_err(Error::Init)?;
     }
     let mut result = Ok(());
     RESERVED.get_or_init(|| {
@@ -260,10 +260,10 @@ fn setup(opts: Options) -> Result<(), Error> {
             listed: (0..MAX_LISTED)
                 .map(|_| UnsafeCell::new(EMPTY_LISTED))
                 .collect(),
-            own: (0..crate::crash::MAX_CRASH_FRAMES).map(cell).collect(),
+            own: (0..crate::report::MAX_CRASH_FRAMES).map(cell).collect(),
         }
     });
-    crate::crash::forget_reports_in_child();
+    crate::report::forget_reports_in_child();
     result
 }
 
@@ -351,13 +351,13 @@ extern "C" fn on_signal(_sig: c_int, info: *mut libc::siginfo_t, uc: *mut c_void
     {
         return;
     }
-    crate::os::keeping_errno(|| {
+    crate::sys::keeping_errno(|| {
         let n = r.opts.frames;
         // SAFETY: the token makes this handler the slot's only writer
         // until it stores DONE.
         let out = unsafe { frames_mut(&r.frames[index * n..(index + 1) * n]) };
         // SAFETY: `uc` is the kernel's ucontext.
-        let regs = unsafe { crate::os::regs_from_ucontext(uc) };
+        let regs = unsafe { crate::arch::regs_from_ucontext(uc) };
         let (len, more) = crate::live::walk_for_report(regs, true, out);
         slot.len.store(len, Relaxed);
         slot.more.store(more, Relaxed);
@@ -582,7 +582,7 @@ pub(crate) fn gather(me: i32, crash: bool) -> Gathered {
     let dump = DUMP.fetch_add(1, SeqCst) + 1;
     let sig = r.opts.signal;
     let (mut listed, mut not_listed, mut next_slot) = (0, 0, 0);
-    let start = crate::os::monotonic_ns();
+    let start = crate::sys::monotonic_ns();
     let listed_ok = each_task(|tid| {
         if tid == me {
             return;
@@ -666,7 +666,7 @@ fn wait_for_answers(r: &Reserved, dump: u64, all: &mut [Listed], deadline: u64) 
         if !waiting {
             return;
         }
-        if crate::os::monotonic_ns() >= deadline {
+        if crate::sys::monotonic_ns() >= deadline {
             break;
         }
         let ts = libc::timespec {
@@ -822,7 +822,7 @@ pub fn dump_all_threads(fd: c_int) -> Result<Summary, Error> {
     if RESERVED.get().is_none() {
         setup(Options::default())?;
     }
-    let (regs, precise) = crate::capture_here();
+    let (regs, precise) = crate::live::capture_here();
     dump(fd, regs, precise, "on demand")
 }
 
@@ -841,7 +841,7 @@ pub fn dump_on_signal(sig: c_int, fd: c_int) -> Result<(), Error> {
     if sig == libc::SIGKILL
         || sig == libc::SIGSTOP
         || Some(sig) == reserved
-        || crate::crash::CRASH_SIGNALS.contains(&sig)
+        || crate::report::CRASH_SIGNALS.contains(&sig)
     {
         return Err(Error::BadSignal(sig));
     }
@@ -872,27 +872,27 @@ pub fn dump_on_signal(sig: c_int, fd: c_int) -> Result<(), Error> {
 static DUMP_FD: AtomicI32 = AtomicI32::new(2);
 
 extern "C" fn on_dump_signal(_sig: c_int, _info: *mut libc::siginfo_t, uc: *mut c_void) {
-    crate::os::keeping_errno(|| {
+    crate::sys::keeping_errno(|| {
         // SAFETY: `uc` is the kernel's ucontext.
-        let regs = unsafe { crate::os::regs_from_ucontext(uc) };
+        let regs = unsafe { crate::arch::regs_from_ucontext(uc) };
         let _ = dump(DUMP_FD.load(SeqCst), regs, true, "on a signal");
     });
 }
 
 /// A whole dump, the calling thread's section walked from `regs`.
-fn dump(fd: c_int, regs: crate::Regs, precise: bool, why: &str) -> Result<Summary, Error> {
-    let Some(_turn) = crate::crash::ReportTurn::take_for_dump() else {
+fn dump(fd: c_int, regs: crate::live::Regs, precise: bool, why: &str) -> Result<Summary, Error> {
+    let Some(_turn) = crate::report::ReportTurn::take_for_dump() else {
         return Err(Error::Busy);
     };
     let Some(r) = RESERVED.get() else {
         return Err(Error::Busy);
     };
-    let me = crate::crash::gettid();
+    let me = crate::sys::gettid();
     // SAFETY: the report turn makes this thread the only user of `own`.
     let own = unsafe { frames_mut(&r.own) };
     let (n, more) = crate::live::walk_for_report(regs, precise, own);
     let g = gather(me, false);
-    let _quiet = crate::os::QuietSigpipe::new();
+    let _quiet = crate::sys::QuietSigpipe::new();
     let mut sink = FdSink::new(fd);
     let mut m = Markup::new(&mut sink);
     m.text("stackmark: dump of all threads (")
@@ -900,7 +900,7 @@ fn dump(fd: c_int, regs: crate::Regs, precise: bool, why: &str) -> Result<Summar
         .text(")");
     m.newline();
     m.text("stackmark: ");
-    crate::crash::write_thread(&mut m);
+    crate::report::write_thread(&mut m);
     m.text(": ").dec(n as u64).text(" frames");
     if more {
         m.text(", the stack goes on");
@@ -955,7 +955,7 @@ mod tests {
 
     #[test]
     fn a_thread_that_exited_is_told_apart_from_one_that_does_not_answer() {
-        let tid = std::thread::spawn(crate::crash::gettid).join().unwrap();
+        let tid = std::thread::spawn(crate::sys::gettid).join().unwrap();
         // Joined: the kernel has reaped it (glibc's join waits for that).
         let mut l = EMPTY_LISTED;
         assert_eq!(describe(tid, DEFAULT_SIGNAL, &mut l), None);
@@ -964,7 +964,7 @@ mod tests {
             Err(libc::ESRCH)
         );
         // This one is here, and does not block the signal.
-        let me = crate::crash::gettid();
+        let me = crate::sys::gettid();
         assert_eq!(describe(me, DEFAULT_SIGNAL, &mut l), Some(false));
         assert_eq!(l.state, b'R');
     }

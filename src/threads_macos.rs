@@ -101,14 +101,14 @@ const FLAVOR: (c_int, usize) = (6, 68);
 /// The walk's registers from a thread state, laid out as the `__ss` of a
 /// signal's machine context (which is the same structure).
 #[cfg(target_arch = "x86_64")]
-fn regs_of(s: &[u64; 34]) -> crate::Regs {
-    crate::os::macos::regs_from_state(s)
+fn regs_of(s: &[u64; 34]) -> crate::live::Regs {
+    crate::arch::x86_64::ucontext::regs_from_state(s)
 }
 
 /// As above: `x[29]`, `fp`, `lr`, `sp`, `pc`, stripped of
 /// pointer-authentication bits.
 #[cfg(target_arch = "aarch64")]
-fn regs_of(s: &[u64; 34]) -> crate::Regs {
+fn regs_of(s: &[u64; 34]) -> crate::live::Regs {
     use crate::arch::aarch64::strip_pac;
     let mut x19_x28 = [0u64; 10];
     x19_x28.copy_from_slice(&s[19..29]);

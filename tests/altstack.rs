@@ -47,7 +47,7 @@ extern "C" fn read_below_sp(_: i32, _: *mut libc::siginfo_t, _: *mut libc::c_voi
     use stackmark::memory::MemoryReader;
     let local = 0u64;
     let sp = std::hint::black_box(&local) as *const u64 as u64;
-    let mem = stackmark::os::LiveMemory::new(sp);
+    let mem = stackmark::memory::LiveMemory::new(sp);
     // A wild address below the handler's sp, in the alternate stack's own
     // unreadable first page: the read must fail, not fault. (`black_box`,
     // or the unused load is optimised away and the test cannot fail.)

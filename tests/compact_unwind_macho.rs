@@ -108,7 +108,7 @@ fn each_image_becomes_a_module_named_by_its_uuid_with_an_mmap_per_segment() {
         let file = object::File::parse(&*data).unwrap();
         let image = MachO::parse(&data[..macho::header_size(&data).unwrap()]).unwrap();
         let path = format!("/Applications/Demo.app/Contents/Frameworks/{name}");
-        let module = stackmark::os::macho_module(&image, SLIDE, path.as_bytes());
+        let module = stackmark::discover::macho_module(&image, SLIDE, path.as_bytes());
 
         assert_eq!(module.name(), path.as_bytes());
         assert_eq!(module.bias, SLIDE);

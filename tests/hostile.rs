@@ -189,7 +189,7 @@ fn hostile_stacks_never_fault_the_walk() {
         .stack_size(1 << 20)
         .spawn(move || {
             stackmark::register_thread();
-            let stack = stackmark::os::linux::registered_stack().unwrap();
+            let stack = stackmark::sys::linux::registered_stack().unwrap();
             let env = Env {
                 code,
                 stack,
@@ -212,7 +212,7 @@ fn the_live_reader_reads_nothing_below_the_page_of_the_walks_sp() {
     // The main thread's registered bounds follow the stack rlimit, not the
     // mapping; below the walk's sp nothing is surely mapped, and nothing
     // there belongs to the walk.
-    let (lo, hi) = stackmark::os::register_thread().expect("stack bounds");
+    let (lo, hi) = stackmark::sys::register_thread().expect("stack bounds");
     let local = 0u64;
     let sp = std::hint::black_box(&local) as *const u64 as u64;
     let page = sp & !4095;
@@ -220,7 +220,7 @@ fn the_live_reader_reads_nothing_below_the_page_of_the_walks_sp() {
         lo + 8192 <= page && page + 8192 <= hi,
         "{lo:#x} {sp:#x} {hi:#x}"
     );
-    let mem = stackmark::os::LiveMemory::new(sp);
+    let mem = stackmark::memory::LiveMemory::new(sp);
     assert!(mem.read_u64(sp).is_some());
     assert!(mem.read_u64(page).is_some());
     assert_eq!(mem.read_u64(page - 8), None);
@@ -242,12 +242,12 @@ fn the_live_reader_compares_words_in_place_only_within_the_stack() {
     // The replay of a remembered walk end checks its window with
     // `words_are`: every word must match, and a window that reaches past
     // what the reader may read must fail, not be read.
-    stackmark::os::register_thread().expect("stack bounds");
+    stackmark::sys::register_thread().expect("stack bounds");
     let words: [u64; 13] = core::array::from_fn(|i| 0x5a5a_0000 + i as u64);
     let words = std::hint::black_box(words);
     let at = words.as_ptr() as u64;
     let expected = |w: &[u64]| w.iter().map(|&v| AtomicU64::new(v)).collect::<Vec<_>>();
-    let mem = stackmark::os::LiveMemory::new(at);
+    let mem = stackmark::memory::LiveMemory::new(at);
     let same = expected(&words);
     assert!(mem.words_are(at, &same));
     assert!(mem.words_are(at, &[]));
@@ -293,12 +293,12 @@ fn a_walk_that_starts_off_the_registered_stack_reads_none_of_it_until_it_crosses
     // them must not be read directly. Crossing a signal frame onto the
     // stack opens it from the interrupted sp up.
     std::thread::spawn(|| {
-        let (lo, hi) = stackmark::os::register_thread().expect("stack bounds");
+        let (lo, hi) = stackmark::sys::register_thread().expect("stack bounds");
         let local = 0x5eedu64;
         let here = black_box(&local) as *const u64 as u64;
         let other = vec![0u64; 1024];
         let elsewhere = other.as_ptr() as u64 + 4096;
-        let mem = stackmark::os::LiveMemory::new(elsewhere);
+        let mem = stackmark::memory::LiveMemory::new(elsewhere);
         assert_eq!(mem.read_u64(here), None, "read before crossing");
         assert_eq!(mem.read_u64(lo), None);
         mem.enter_stack(here);
@@ -324,7 +324,7 @@ fn a_wild_sp_at_the_top_of_the_address_space_ends_the_walk_quietly() {
     // handler's walk.
     stackmark::init().unwrap();
     for sp in [!4095, u64::MAX - 8, !4095 - 63 * 4096] {
-        let mem = stackmark::os::LiveMemory::new(sp);
+        let mem = stackmark::memory::LiveMemory::new(sp);
         assert_eq!(mem.read_u64(sp), None);
         assert_eq!(mem.read_u64(u64::MAX - 7), None);
         let mut regs = stackmark::capture();
@@ -363,7 +363,7 @@ fn a_guard_page_inside_a_stack_given_to_a_thread_is_not_registered() {
     static FRAMES: AtomicU64 = AtomicU64::new(0);
     extern "C" fn body(guard: *mut libc::c_void) -> *mut libc::c_void {
         let guard = guard as u64;
-        let lo = stackmark::os::register_thread().map_or(0, |b| b.0);
+        let lo = stackmark::sys::register_thread().map_or(0, |b| b.0);
         LO.store(lo, SeqCst);
         let mut regs = stackmark::capture();
         let pc = regs_pc(&regs);
@@ -413,12 +413,12 @@ fn a_walk_whose_reads_fail_leaves_errno_as_it_was() {
     // probes the page above, which fails.
     stackmark::init().unwrap();
     std::thread::spawn(|| {
-        assert_eq!(stackmark::os::registered_stack(), None);
+        assert_eq!(stackmark::sys::registered_stack(), None);
         let top = {
             let local = 0u64;
             let mut at = black_box(&local) as *const u64 as u64 & !4095;
             let mut b = [0u8; 1];
-            while stackmark::os::read_checked(at + 4096, &mut b) {
+            while stackmark::sys::read_checked(at + 4096, &mut b) {
                 at += 4096;
             }
             at + 4096
@@ -428,13 +428,13 @@ fn a_walk_whose_reads_fail_leaves_errno_as_it_was() {
         set(&mut regs, pc, top - 4096, top - 8);
         // SAFETY: this thread's errno.
         unsafe { *libc::__errno_location() = 1234 };
-        let before = stackmark::os::checked_reads();
+        let before = stackmark::sys::checked_reads();
         let mut out = [Frame::default(); 16];
         stackmark::walk_from(regs, true, WalkOptions::default(), &mut out);
         // SAFETY: as above.
         let errno = unsafe { *libc::__errno_location() };
         assert!(
-            stackmark::os::checked_reads() > before,
+            stackmark::sys::checked_reads() > before,
             "no checked read made"
         );
         assert_eq!(errno, 1234);
@@ -456,15 +456,15 @@ fn an_unregistered_stack_grows_only_page_by_page_from_the_walks_sp() {
         pages.protect(P, P, libc::PROT_NONE);
         let base = pages.addr();
         let (a, b, c) = (base, base + P as u64, base + 2 * P as u64);
-        assert_eq!(stackmark::os::registered_stack(), None);
+        assert_eq!(stackmark::sys::registered_stack(), None);
 
-        let mem = stackmark::os::LiveMemory::new(a + 64);
+        let mem = stackmark::memory::LiveMemory::new(a + 64);
         assert_eq!(mem.read_u64(c + 8), None, "jumped over the gap");
         assert_eq!(mem.read_u64(a + 128), Some(0));
         assert_eq!(mem.read_u64(b), None);
 
         // An sp in a guard page (an overflow): the stack starts just above.
-        let mem = stackmark::os::LiveMemory::new(b + 64);
+        let mem = stackmark::memory::LiveMemory::new(b + 64);
         assert_eq!(mem.read_u64(c + 8), Some(0));
         assert_eq!(mem.read_u64(a + 128), None, "below the sp");
     })
@@ -487,7 +487,7 @@ fn a_thread_that_reuses_an_exited_threads_pthread_is_not_registered() {
                 }
                 // SAFETY: pthread_self has no preconditions.
                 let key = unsafe { libc::pthread_self() } as u64;
-                (key, stackmark::os::registered_stack())
+                (key, stackmark::sys::registered_stack())
             })
             .unwrap()
             .join()
@@ -516,7 +516,7 @@ extern "C" fn child_thread(_: *mut libc::c_void) -> *mut libc::c_void {
     use std::sync::atomic::Ordering::SeqCst;
     // SAFETY: pthread_self has no preconditions.
     CHILD_KEY.store(unsafe { libc::pthread_self() } as u64, SeqCst);
-    CHILD_REGISTERED.store(stackmark::os::registered_stack().is_some(), SeqCst);
+    CHILD_REGISTERED.store(stackmark::sys::registered_stack().is_some(), SeqCst);
     std::ptr::null_mut()
 }
 

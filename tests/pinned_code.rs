@@ -58,11 +58,11 @@ fn the_program_and_what_it_needs_are_pinned_and_a_dlopened_library_is_not_and_co
         s.start + 16
     };
     let mut buf = [0u8; 8];
-    let before = stackmark::os::checked_reads();
+    let before = stackmark::sys::checked_reads();
     assert!(table.read_code(code(libc.unwrap()), &mut buf));
-    assert_eq!(stackmark::os::checked_reads(), before);
+    assert_eq!(stackmark::sys::checked_reads(), before);
     assert!(table.read_code(code(ld.unwrap()), &mut buf));
-    assert_eq!(stackmark::os::checked_reads(), before + 1);
+    assert_eq!(stackmark::sys::checked_reads(), before + 1);
     drop(table);
 
     let path = CString::new(fx::DLOPEN_LIB).unwrap();
@@ -79,11 +79,11 @@ fn the_program_and_what_it_needs_are_pinned_and_a_dlopened_library_is_not_and_co
         .expect("the library is listed");
     assert!(!lib.pinned(), "a dlopened library can be unloaded");
     // Its code goes through a checked read; the program's does not.
-    let before = stackmark::os::checked_reads();
+    let before = stackmark::sys::checked_reads();
     assert!(table.read_code(code(&table.modules()[0]), &mut buf));
-    assert_eq!(stackmark::os::checked_reads(), before);
+    assert_eq!(stackmark::sys::checked_reads(), before);
     assert!(table.read_code(code(lib), &mut buf));
-    assert_eq!(stackmark::os::checked_reads(), before + 1);
+    assert_eq!(stackmark::sys::checked_reads(), before + 1);
     drop(table);
     // SAFETY: the handle came from dlopen above.
     unsafe { libc::dlclose(h) };
@@ -115,13 +115,13 @@ fn a_cold_walk_through_pinned_code_makes_no_checked_reads() {
         let (mut n, mut reads, mut exact) = (0, u64::MAX, false);
         fx::at_depth(8, &mut || {
             stackmark::clear_caches();
-            let before = stackmark::os::checked_reads();
+            let before = stackmark::sys::checked_reads();
             // The capture decodes its own call (through the GOT, as rustc
             // calls it here) without a checked read: the slot lies in the
             // program's data.
             let (regs, precise) = stackmark::capture_here();
             n = stackmark::walk_from(regs, precise, opts, &mut frames);
-            reads = stackmark::os::checked_reads() - before;
+            reads = stackmark::sys::checked_reads() - before;
             exact = precise;
         });
         let methods: Vec<_> = frames[..n].iter().map(|f| f.method).collect();
@@ -141,23 +141,27 @@ fn a_return_address_no_mapping_can_hold_is_no_trampoline_and_costs_no_read() {
     // start code) reads as return addresses: a small count, all ones, a
     // kernel address. None is in known code, so each is asked whether it is
     // a signal trampoline outside every module.
-    let before = stackmark::os::checked_reads();
+    let before = stackmark::sys::checked_reads();
     for pc in [0x38, 0xfff, u64::MAX, 0xffff_8000_0000_1000] {
         assert!(!table.is_sigreturn::<Native>(pc), "{pc:#x}");
     }
-    assert_eq!(stackmark::os::checked_reads(), before, "no system call");
+    assert_eq!(stackmark::sys::checked_reads(), before, "no system call");
     // Nor does the address of a writable static: a module's data, never
     // code (read-only data may share the code's segment, as on AArch64).
     static DATA: AtomicU64 = AtomicU64::new(7);
     let data = std::ptr::addr_of!(DATA) as u64;
     assert!(table.module_for_code(data).is_none());
     assert!(!table.is_sigreturn::<Native>(data));
-    assert_eq!(stackmark::os::checked_reads(), before, "a static's address");
+    assert_eq!(
+        stackmark::sys::checked_reads(),
+        before,
+        "a static's address"
+    );
     // An address user space can hold is still read (and fails: the page
     // there allows no access).
     let page = fx::UnreadablePage::new();
     assert!(!table.is_sigreturn::<Native>(page.addr()));
-    assert_eq!(stackmark::os::checked_reads(), before + 1);
+    assert_eq!(stackmark::sys::checked_reads(), before + 1);
 }
 
 /// `readelf -d`'s `(NEEDED)` lines for `path`; `None` where readelf cannot

@@ -236,8 +236,11 @@ mod tests {
             SIG.put(KEY, 5, [0xdead; 4]);
         }
         // SIGUSR2, which only this test sends; as often as it can.
-        let torn =
-            crate::os::signalled_while(libc::SIGUSR2, on_signal, std::time::Duration::ZERO, || {
+        let torn = crate::sys::signalled_while(
+            libc::SIGUSR2,
+            on_signal,
+            std::time::Duration::ZERO,
+            || {
                 // A million rounds, and on until the handler has run often:
                 // on a busy machine the sender may get little time. Bounded
                 // in time, not rounds, so that it waits long enough.
@@ -252,7 +255,8 @@ mod tests {
                     }
                 }
                 None
-            });
+            },
+        );
         assert_eq!(torn, None);
         assert!(RUNS.load(Relaxed) >= 10_000, "too few signals landed");
         assert_eq!(TORN.load(Relaxed), 0, "the handler took a torn entry");

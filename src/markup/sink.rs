@@ -184,14 +184,14 @@ pub const FD_SINK_WAIT_MS: i32 = 2000;
 /// [`FD_SINK_WAIT_MS`] in all, however often a signal interrupts the wait;
 /// `false` if it did not.
 fn writable(fd: i32) -> bool {
-    let deadline = crate::os::monotonic_ns() + FD_SINK_WAIT_MS as u64 * 1_000_000;
+    let deadline = crate::sys::monotonic_ns() + FD_SINK_WAIT_MS as u64 * 1_000_000;
     let mut p = libc::pollfd {
         fd,
         events: libc::POLLOUT,
         revents: 0,
     };
     loop {
-        let left = deadline.saturating_sub(crate::os::monotonic_ns());
+        let left = deadline.saturating_sub(crate::sys::monotonic_ns());
         // Rounded up: poll(2) takes milliseconds, and 0 would not wait.
         let ms = left.div_ceil(1_000_000) as i32;
         if ms == 0 {

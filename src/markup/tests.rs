@@ -684,7 +684,7 @@ fn an_fd_sink_gives_up_on_a_full_pipe_even_when_signals_keep_interrupting_its_wa
     let (done_tx, done_rx) = std::sync::mpsc::channel();
     let writer = std::thread::spawn(move || {
         let every = std::time::Duration::from_micros(500);
-        let failed = crate::os::interrupted_every(every, || {
+        let failed = crate::sys::interrupted_every(every, || {
             let mut sink = FdSink::new(tx);
             Markup::new(&mut sink).text("line").newline();
             sink.failed()

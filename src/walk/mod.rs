@@ -1099,4 +1099,4 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

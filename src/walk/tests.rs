@@ -6,13 +6,13 @@ use crate::arch::x86_64::{self, X86_64};
 use crate::formats::sframe::CfaRule;
 use crate::memory::SliceMemory;
 
-const CODE: u64 = 0x40_0000;
-const STACK: u64 = 0x7fff_0000;
+pub(crate) const CODE: u64 = 0x40_0000;
+pub(crate) const STACK: u64 = 0x7fff_0000;
 
 /// Code at CODE..CODE+0x1000 filled with `call rel32` (x86_64) or `bl`
 /// (AArch64) so every 4th/5th byte ends a call; rows per pc range.
 #[derive(Clone)]
-struct Fake {
+pub(crate) struct Fake {
     code: Vec<u8>,
     rows: Vec<(u64, u64, Row)>,
     trampoline: Option<u64>,
@@ -100,7 +100,7 @@ fn outermost() -> Row {
     row(CfaRule::SpPlus(8), RegRule::Undefined, RegRule::SameValue)
 }
 
-fn stack(words: &[u64]) -> Vec<u8> {
+pub(crate) fn stack(words: &[u64]) -> Vec<u8> {
     words.iter().flat_map(|w| w.to_ne_bytes()).collect()
 }
 
@@ -145,7 +145,7 @@ fn without_scans() -> WalkOptions {
     }
 }
 
-fn x86(rip: u64, rsp: u64, rbp: u64) -> x86_64::Regs {
+pub(crate) fn x86(rip: u64, rsp: u64, rbp: u64) -> x86_64::Regs {
     x86_64::Regs {
         rip,
         rsp,
@@ -235,11 +235,11 @@ fn scanning_accepts_only_words_just_after_a_call_and_marks_them_low_trust() {
 
 /// [`Fake`] that remembers scans, as the module table does, and counts
 /// the scans it recalls.
-struct Remembering<C = Fake> {
+pub(crate) struct Remembering<C = Fake> {
     code: C,
     scans: std::cell::RefCell<Vec<(u64, Vec<u64>)>>,
     recalled: std::cell::Cell<usize>,
-    ends: std::cell::RefCell<Vec<(u64, [u64; END_WORDS])>>,
+    pub(crate) ends: std::cell::RefCell<Vec<(u64, [u64; END_WORDS])>>,
 }
 
 impl<C: CodeMap> CodeMap for Remembering<C> {
@@ -287,7 +287,7 @@ impl<C: CodeMap> CodeMap for Remembering<C> {
 }
 
 impl<C> Remembering<C> {
-    fn new(code: C) -> Self {
+    pub(crate) fn new(code: C) -> Self {
         Remembering {
             code,
             scans: Default::default(),
@@ -1232,93 +1232,6 @@ fn regs_are_those_of_the_next_frame_to_be_returned() {
         let r = *w.regs();
         let f1 = w.next().unwrap();
         assert_eq!((r.rip, r.rsp), (f1.pc, f1.sp), "fast_path {fast_path}");
-    }
-}
-
-/// A module table of one module whose code is `[start, start + size)`,
-/// finished as cache generation `generation`.
-fn one_module_table(start: u64, size: u64, generation: u64) -> Box<crate::modules::Table> {
-    use crate::modules::{Module, Segment, Table};
-    let mut m = Module::EMPTY;
-    m.set_name(b"m");
-    assert!(m.push_segment(Segment {
-        start,
-        size,
-        vaddr: start,
-        flags: 5,
-    }));
-    let mut t = Box::new(Table::EMPTY);
-    t.push(m);
-    t.finish(generation);
-    t
-}
-
-#[test]
-fn a_table_finished_as_generation_0_walks_the_same_with_and_without_the_hot_path() {
-    let t = one_module_table(CODE, 0x1000, 0);
-    // Frame 0 in the module, no row; its frame record returns to pc 1,
-    // whose lookup key (0) is what every empty cache entry holds.
-    let st = stack(&[0, 0, 0, 1, 0, 0]);
-    let regions = [(STACK, &st[..])];
-    let regs = x86(CODE + 0x10, STACK, STACK + 16);
-    let run = |fast_path| {
-        let opts = WalkOptions {
-            fast_path,
-            ..Default::default()
-        };
-        let mut w: Walker<X86_64, _, _> =
-            Walker::new(regs, true, SliceMemory::new(&regions), &*t, opts);
-        let mut buf = [Frame::default(); 8];
-        let n = w.fill(&mut buf);
-        (buf[..n].to_vec(), w.stop_reason())
-    };
-    let general = run(false);
-    assert_eq!(general.0.len(), 1, "{general:x?}");
-    assert_eq!(run(true), general);
-}
-
-#[test]
-fn a_return_address_into_the_entry_function_ends_every_walk_there_with_or_without_tables() {
-    // Real code bytes: an x86_64 `call rel32` ending at +32 (the entry
-    // point follows it) and another ending at +72, which a scan would take.
-    let mut code = [0u8; 128];
-    code[27] = 0xe8;
-    code[67] = 0xe8;
-    let base = code.as_ptr() as u64;
-    let entry = base + 32;
-    let mut t = one_module_table(base, 128, 0x5eed_00e1);
-    t.set_entry(entry);
-    // Frame 0's record returns into the entry function with a frame
-    // pointer that leads nowhere (glibc's start code keeps none); further
-    // up, a word a scan would take for a caller.
-    let st = stack(&[0, 0, 0x10, entry + 5, 0, 0, base + 72, 0]);
-    let regions = [(STACK, &st[..])];
-    let regs = x86(base + 0x10, STACK, STACK + 16);
-    for use_tables in [true, false] {
-        for fast_path in [true, false] {
-            let opts = WalkOptions {
-                use_tables,
-                fast_path,
-                ..Default::default()
-            };
-            // The first walk marks its end, the second records it, the
-            // third replays it: all three must agree.
-            let memo = Remembering::new(&*t);
-            for pass in 0..3 {
-                let mut w: Walker<X86_64, _, _> =
-                    Walker::new(regs, true, SliceMemory::new(&regions), &memo, opts);
-                let mut buf = [Frame::default(); 8];
-                let n = w.fill(&mut buf);
-                let pcs: Vec<u64> = buf[..n].iter().map(|f| f.pc).collect();
-                assert_eq!(
-                    (pcs, w.stop_reason()),
-                    (vec![base + 0x10, entry + 5], StopReason::Outermost),
-                    "tables {use_tables}, hot path {fast_path}, pass {pass}"
-                );
-            }
-            let remembered = memo.ends.borrow().len();
-            assert_eq!(remembered, fast_path as usize, "the walk end is kept");
-        }
     }
 }
 

@@ -10,6 +10,8 @@ use crate::memory::MemoryReader;
 mod capture;
 pub mod compact;
 pub mod edge;
+#[cfg(all(target_arch = "aarch64", any(target_os = "linux", target_os = "macos")))]
+pub mod ucontext;
 #[cfg(target_arch = "aarch64")]
 pub use capture::{call_site, capture};
 

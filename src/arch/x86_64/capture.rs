@@ -98,7 +98,7 @@ mod tests {
 
     fn checked(_ra: u64, slot: u64) -> Option<u64> {
         let mut word = [0u8; 8];
-        crate::os::read_checked(slot, &mut word).then(|| u64::from_le_bytes(word))
+        crate::sys::read_checked(slot, &mut word).then(|| u64::from_le_bytes(word))
     }
 
     /// Two pages: bytes that end in what looks like `call [rip + disp32]`

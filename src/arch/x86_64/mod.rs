@@ -8,6 +8,8 @@ use crate::memory::MemoryReader;
 mod capture;
 pub mod compact;
 pub mod edge;
+#[cfg(all(target_arch = "x86_64", any(target_os = "linux", target_os = "macos")))]
+pub mod ucontext;
 #[cfg(target_arch = "x86_64")]
 pub use capture::{call_site, capture};
 

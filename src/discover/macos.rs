@@ -1,6 +1,5 @@
-//! macOS: the module table from dyld, `__unwind_info` from each image's
-//! `__TEXT`, stack bounds, reads that cannot fault, and the Darwin
-//! `ucontext_t`.
+//! macOS: the module table from dyld, and `__unwind_info` and `__eh_frame`
+//! from each image's `__TEXT`.
 //!
 //! Each image becomes a [`Module`], made from its header by
 //! [`super::macho_module`]: its path, its slide as the bias, one
@@ -28,7 +27,7 @@
 //! Stack bounds come from the calling thread's pthread at each walk, not
 //! from thread-local storage, whose first use in a thread may allocate.
 
-use core::ffi::{c_char, c_int, c_void, CStr};
+use core::ffi::{c_char, c_void, CStr};
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 
 use super::header_set::HeaderSet;
@@ -36,6 +35,7 @@ use crate::formats::cfi::Cfi;
 use crate::formats::compact_unwind::UnwindInfo;
 use crate::formats::macho::{self, MachO};
 use crate::modules::{self, Module, RefreshError, Table, MAX_MODULES};
+use crate::sys::read_checked;
 
 // Declared here: the libc crate marks the dyld functions deprecated and
 // lacks the rest.
@@ -44,80 +44,7 @@ extern "C" {
     fn _dyld_get_image_header(index: u32) -> *const c_void;
     fn _dyld_register_func_for_add_image(f: extern "C" fn(*const c_void, isize));
     fn _dyld_register_func_for_remove_image(f: extern "C" fn(*const c_void, isize));
-    fn mach_vm_read_overwrite(
-        task: u32,
-        address: u64,
-        size: u64,
-        data: u64,
-        out_size: *mut u64,
-    ) -> c_int;
-    static mach_task_self_: u32;
 }
-
-// --- Reads that cannot fault -------------------------------------------------
-
-/// Copies `buf.len()` bytes from `addr` in this process, returning `false`
-/// instead of faulting when any of them is unmapped or unreadable:
-/// `mach_vm_read_overwrite` on the task itself, which reports
-/// `KERN_INVALID_ADDRESS` rather than faulting. One Mach call, safe in a
-/// signal handler. Bytes no user mapping can hold (the first page, or at or
-/// above 2^56) fail at once, with no call.
-pub fn read_checked(addr: u64, buf: &mut [u8]) -> bool {
-    if buf.is_empty() {
-        return true;
-    }
-    if !super::may_be_mapped(addr, buf.len()) {
-        return false;
-    }
-    let mut got = 0u64;
-    // SAFETY: the kernel writes at most `buf.len()` bytes into `buf`;
-    // `mach_task_self_` is the task port dyld initialises before any code
-    // runs.
-    let kr = unsafe {
-        mach_vm_read_overwrite(
-            mach_task_self_,
-            addr,
-            buf.len() as u64,
-            buf.as_mut_ptr() as u64,
-            &mut got,
-        )
-    };
-    kr == 0 && got == buf.len() as u64
-}
-
-// --- Thread stacks ------------------------------------------------------------
-
-/// This thread's stack bounds from its pthread: `pthread_get_stackaddr_np`
-/// (the top) and `pthread_get_stacksize_np`. Both read the calling thread's
-/// pthread structure (the main thread's size may take one `getrlimit`, a
-/// system call), so this is safe in a signal handler and needs no
-/// registration.
-fn pthread_stack() -> Option<(u64, u64)> {
-    // SAFETY: both calls only read the calling thread's pthread structure.
-    let (top, size) = unsafe {
-        let me = libc::pthread_self();
-        (
-            libc::pthread_get_stackaddr_np(me) as u64,
-            libc::pthread_get_stacksize_np(me) as u64,
-        )
-    };
-    Some((top.checked_sub(size)?, top)).filter(|&(lo, hi)| lo < hi)
-}
-
-/// This thread's stack bounds. On macOS every thread's pthread knows them,
-/// so there is nothing to record: this only reports them.
-pub fn register_thread() -> Option<(u64, u64)> {
-    pthread_stack()
-}
-
-/// This thread's stack bounds, read from its pthread each time. No
-/// thread-local storage: on macOS the first access to a thread-local
-/// variable in a thread may allocate it, which a walk in a signal handler
-/// must not do.
-pub fn registered_stack() -> Option<(u64, u64)> {
-    pthread_stack()
-}
-
 // --- Module discovery ---------------------------------------------------------
 
 const PAGE: usize = 16384;
@@ -444,147 +371,4 @@ extern "C" fn on_remove_image(mh: *const c_void, _slide: isize) {
         |new, old| carry_over(new, old, Some(mh)),
         release_copy,
     );
-}
-
-// --- The Darwin ucontext -------------------------------------------------------
-
-/// `struct __darwin_ucontext` (64-bit): the machine context is behind a
-/// pointer.
-#[repr(C)]
-struct DarwinUcontext {
-    _uc_onstack: c_int,
-    _uc_sigmask: u32,
-    _uc_stack: libc::stack_t,
-    _uc_link: *mut c_void,
-    _uc_mcsize: usize,
-    uc_mcontext: *const c_void,
-}
-
-const _: () = assert!(core::mem::offset_of!(DarwinUcontext, uc_mcontext) == 48);
-
-/// `__darwin_mcontext64` on x86_64 up to its thread state: the exception
-/// state (16 bytes), then `rax rbx rcx rdx rdi rsi rbp rsp r8..r15 rip
-/// rflags cs fs gs`.
-#[cfg(target_arch = "x86_64")]
-#[repr(C)]
-struct Mcontext {
-    _es: [u64; 2],
-    ss: [u64; 21],
-}
-
-/// `__darwin_mcontext64` on arm64 up to its thread state: the exception
-/// state (16 bytes), then `x0..x28 fp lr sp pc cpsr`.
-#[cfg(target_arch = "aarch64")]
-#[repr(C)]
-struct Mcontext {
-    _es: [u64; 2],
-    x: [u64; 29],
-    fp: u64,
-    lr: u64,
-    sp: u64,
-    pc: u64,
-    cpsr: u32,
-    _pad: u32,
-}
-
-/// The machine context of a Darwin `ucontext_t`.
-///
-/// # Safety
-/// `uc` must point to a valid `ucontext_t`.
-unsafe fn mcontext<'a>(uc: *const c_void) -> &'a Mcontext {
-    // SAFETY: the caller guarantees `uc` is a valid ucontext_t, whose
-    // `uc_mcontext` points at the kernel's machine context.
-    unsafe { &*((*(uc as *const DarwinUcontext)).uc_mcontext as *const Mcontext) }
-}
-
-#[cfg(target_arch = "x86_64")]
-const X86_NAMES: [&str; 18] = [
-    "rax", "rbx", "rcx", "rdx", "rdi", "rsi", "rbp", "rsp", "r8", "r9", "r10", "r11", "r12", "r13",
-    "r14", "r15", "rip", "rflags",
-];
-
-/// The interrupted registers in a Darwin x86_64 `ucontext_t`.
-///
-/// # Safety
-/// `uc` must point to a valid `ucontext_t`.
-#[cfg(target_arch = "x86_64")]
-pub unsafe fn regs_from_ucontext(uc: *const c_void) -> crate::arch::x86_64::Regs {
-    // SAFETY: forwarded from the caller.
-    regs_from_state(unsafe { &mcontext(uc).ss })
-}
-
-/// The walk's registers from an `x86_THREAD_STATE64` (a signal context's
-/// `__ss`, or `thread_get_state`'s), at least 17 words.
-#[cfg(target_arch = "x86_64")]
-pub(crate) fn regs_from_state(s: &[u64]) -> crate::arch::x86_64::Regs {
-    crate::arch::x86_64::Regs {
-        rip: s[16],
-        rsp: s[7],
-        rbp: s[6],
-        rbx: s[1],
-        r12: s[12],
-        r13: s[13],
-        r14: s[14],
-        r15: s[15],
-    }
-}
-
-/// The interrupted registers in a Darwin arm64 `ucontext_t`, stripped of
-/// pointer-authentication bits: for an arm64e process the kernel signs sp
-/// and fp in a signal's context as well as pc and lr (user addresses lie
-/// below the bits it signs, so stripping an unsigned one changes nothing).
-///
-/// # Safety
-/// `uc` must point to a valid `ucontext_t`.
-#[cfg(target_arch = "aarch64")]
-pub unsafe fn regs_from_ucontext(uc: *const c_void) -> crate::arch::aarch64::Regs {
-    // SAFETY: forwarded from the caller.
-    let m = unsafe { mcontext(uc) };
-    let mut x19_x28 = [0u64; 10];
-    x19_x28.copy_from_slice(&m.x[19..29]);
-    crate::arch::aarch64::Regs {
-        pc: crate::arch::aarch64::strip_pac(m.pc),
-        sp: crate::arch::aarch64::strip_pac(m.sp),
-        fp: crate::arch::aarch64::strip_pac(m.fp),
-        lr: crate::arch::aarch64::strip_pac(m.lr),
-        x19_x28,
-    }
-}
-
-/// Writes the interrupted registers of a Darwin x86_64 `ucontext_t`, four
-/// to a line.
-///
-/// # Safety
-/// `uc` must point to a valid `ucontext_t`.
-#[cfg(target_arch = "x86_64")]
-pub unsafe fn write_registers<S: crate::markup::Sink>(
-    m: &mut crate::markup::Markup<'_, S>,
-    uc: *const c_void,
-) {
-    // SAFETY: forwarded from the caller.
-    let s = unsafe { &mcontext(uc).ss };
-    super::write_register_lines(m, X86_NAMES.into_iter().zip(s.iter().copied()));
-}
-
-/// Writes the interrupted registers of a Darwin arm64 `ucontext_t`, four to
-/// a line.
-///
-/// # Safety
-/// `uc` must point to a valid `ucontext_t`.
-#[cfg(target_arch = "aarch64")]
-pub unsafe fn write_registers<S: crate::markup::Sink>(
-    m: &mut crate::markup::Markup<'_, S>,
-    uc: *const c_void,
-) {
-    // SAFETY: forwarded from the caller.
-    let mc = unsafe { mcontext(uc) };
-    let extra: [(&str, u64); 5] = [
-        ("fp", mc.fp),
-        ("lr", mc.lr),
-        ("sp", mc.sp),
-        ("pc", mc.pc),
-        ("cpsr", u64::from(mc.cpsr)),
-    ];
-    let x = super::A64_X_NAMES[..29].iter().copied().zip(mc.x);
-    super::write_register_lines(m, x.chain(extra));
 }

