@@ -62,7 +62,7 @@ const CRASH_WAIT_MS: u32 = 5000;
 
 /// Makes the next crash report fault half-way, to test that a crash inside
 /// the handler ends the process instead of looping. For tests only.
-#[doc(hidden)]
+#[cfg(feature = "internals")]
 pub fn corrupt_for_test() {
     FAULT_IN_REPORT.store(true, SeqCst);
 }

@@ -30,9 +30,9 @@ pub enum InitError {
     Busy,
     /// A walk or guard still held the table this refresh would reuse, the
     /// one the previous refresh replaced, after
-    /// [`modules::REFRESH_WAIT`]: a [`LiveWalker`] or
-    /// [`modules::TableGuard`] kept across two refreshes (see
-    /// [`modules::RefreshError::InUse`]). Drop it and refresh again.
+    /// `REFRESH_WAIT` (two seconds): a [`LiveWalker`] or
+    /// table guard kept across two refreshes (see
+    /// `RefreshError::InUse`). Drop it and refresh again.
     InUse,
 }
 
@@ -70,9 +70,9 @@ pub(crate) fn init_table() -> Result<u64, InitError> {
 /// async-signal-safe; walks running meanwhile keep using the previous table.
 ///
 /// The table it replaces stays intact, so a thread may refresh while it
-/// holds a [`LiveWalker`] or a [`modules::TableGuard`]. The next refresh
+/// holds a [`LiveWalker`] or a table guard. The next refresh
 /// reuses that table's memory: it first waits for walks and guards still
-/// on it, at most [`modules::REFRESH_WAIT`], and then fails with
+/// on it, at most `REFRESH_WAIT` (two seconds), and then fails with
 /// [`InitError::InUse`], changing nothing. So drop guards and walkers
 /// before refreshing a second time.
 pub fn refresh() -> Result<u64, InitError> {

@@ -171,7 +171,7 @@ impl MarkupSegment {
 /// What the writer needs to know about a loaded module.
 ///
 /// The module table implements it for
-/// [`modules::Module`](crate::modules::Module); anything else (a module list
+/// the module table's modules; anything else (a module list
 /// read back from a core file, a test) can too.
 pub trait MarkupModule {
     /// The module's path or name, as loaded (the writer sanitises it).

@@ -5,6 +5,8 @@
 //! host OS or architecture, touches process memory, or uses `unsafe`; every
 //! malformed input gives a typed error, never a panic.
 
+#![forbid(unsafe_code)]
+
 pub mod cfi;
 pub mod compact_unwind;
 pub mod cursor;

@@ -92,7 +92,7 @@ enum Access {
 
 /// The live stack reader: direct reads inside this thread's registered
 /// stack and its alternate signal stack, page probes (with
-/// [`read_checked`]) to discover an unregistered stack's extent upwards
+/// `read_checked`) to discover an unregistered stack's extent upwards
 /// from the walk's sp, page by page, checked reads there, and nothing
 /// else. What it reads is contiguous with a stack pointer of the walk, so
 /// it never reads the heap or another thread's stack, unless one is mapped

@@ -2,7 +2,7 @@
 //! not own.
 //!
 //! The walk is generic over [`MemoryReader`], so the same step logic runs on
-//! the live process (through [`crate::sys`]'s checked reads, which only touches the
+//! the live process (through the OS layer's checked reads, which only touches the
 //! thread's stack and mapped code) and on a captured stack in tests
 //! ([`SliceMemory`]).
 

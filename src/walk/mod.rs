@@ -82,14 +82,17 @@ impl Frame {
 }
 
 pub(crate) mod end;
-pub mod fast;
+internal! {
+    mod fast;
+}
 
+/// The rows a [`CodeMap`] answers with, in the walker's terms.
+pub use crate::formats::sframe::{CfaRule, RegRule, Row};
 pub use end::END_WORDS;
 
 use core::sync::atomic::AtomicU64;
 
 use crate::arch::{Arch, StepError};
-use crate::formats::sframe::{CfaRule, RegRule, Row};
 use crate::memory::MemoryReader;
 use fast::Hot;
 
@@ -451,7 +454,7 @@ pub struct WalkOptions {
     /// and auxiliary vector) scanning only finds stale code addresses.
     pub max_scans_in_a_row: usize,
     /// Try the specialised step for simple rows and frame pointers first
-    /// ([`fast`]). It never changes the frames a walk gives, only its cost;
+    /// (`walk::fast`). It never changes the frames a walk gives, only its cost;
     /// off sends every step through the general path, for comparison.
     pub fast_path: bool,
 }

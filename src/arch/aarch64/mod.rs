@@ -8,8 +8,10 @@ use crate::memory::MemoryReader;
 
 #[cfg(target_arch = "aarch64")]
 mod capture;
-pub mod compact;
-pub mod edge;
+internal! {
+    mod compact;
+    mod edge;
+}
 #[cfg(all(target_arch = "aarch64", any(target_os = "linux", target_os = "macos")))]
 pub mod ucontext;
 #[cfg(target_arch = "aarch64")]
@@ -180,7 +182,7 @@ impl Arch for Aarch64 {
         })
     }
 
-    /// See [`compact::step`].
+    /// See `compact::step`.
     fn step_compact<M: MemoryReader>(
         encoding: u32,
         _func_start: u64,
@@ -191,7 +193,7 @@ impl Arch for Aarch64 {
         compact::step(encoding, r, mem, ra_in_register_ok)
     }
 
-    /// See [`edge::caller`].
+    /// See `edge::caller`.
     fn step_edge<M: MemoryReader>(
         func_start: u64,
         r: &Regs,

@@ -6,8 +6,10 @@ use crate::memory::MemoryReader;
 
 #[cfg(target_arch = "x86_64")]
 mod capture;
-pub mod compact;
-pub mod edge;
+internal! {
+    mod compact;
+    mod edge;
+}
 #[cfg(all(target_arch = "x86_64", any(target_os = "linux", target_os = "macos")))]
 pub mod ucontext;
 #[cfg(target_arch = "x86_64")]
@@ -114,7 +116,7 @@ impl Arch for X86_64 {
         })
     }
 
-    /// See [`compact::step`]; no frame keeps its return address in a
+    /// See `compact::step`; no frame keeps its return address in a
     /// register.
     fn step_compact<M: MemoryReader>(
         encoding: u32,
@@ -126,7 +128,7 @@ impl Arch for X86_64 {
         compact::step(encoding, func_start, r, mem)
     }
 
-    /// See [`edge::caller`].
+    /// See `edge::caller`.
     fn step_edge<M: MemoryReader>(
         func_start: u64,
         r: &Regs,
