@@ -80,6 +80,10 @@ rustup component list --installed | grep -q '^rustfmt' || rustup component add r
 # --- 2. Style -------------------------------------------------------------------
 check "cargo fmt --check" cargo fmt --all -- --check
 check "cargo clippy (host)" cargo clippy --workspace --all-targets -- -D warnings
+# The library as users build it: without the internals feature its tests
+# turn on, so no item only they use may be left to warn.
+check "cargo clippy (library, default features)" cargo clippy -p stackmark --lib -- -D warnings
+check "layer check (scripts/check-layers.py)" python3 scripts/check-layers.py
 check "cargo doc (warnings are errors)" env RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet
 
 # --- 3. Tests on the host (x86_64 Linux) -------------------------------------------
