@@ -149,3 +149,22 @@ pub(crate) fn sleep_ms(ms: i64) {
     // SAFETY: nanosleep with a valid timespec; async-signal-safe.
     unsafe { libc::nanosleep(&ts, core::ptr::null_mut()) };
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wait_for_the_turn_lasts_its_time_however_often_signals_cut_its_sleeps() {
+        // A sampled thread's timer cuts each 1 ms sleep short; counting
+        // sleeps made a 5 s wait some 0.5 s at 10 kHz, and reports mixed.
+        let owner = AtomicI32::new(-5);
+        let every = std::time::Duration::from_micros(100);
+        let (claim, waited) = crate::sys::interrupted_every(every, || {
+            let start = std::time::Instant::now();
+            (claim_turn(&owner, 1, 300), start.elapsed())
+        });
+        assert_eq!(claim, Claim::TimedOut);
+        assert!(waited.as_millis() >= 300, "gave up after {waited:?}");
+    }
+}
