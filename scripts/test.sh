@@ -28,8 +28,8 @@ run_tests() { timeout --kill-after=30 1200 cargo test "$@" 2>&1 | tee -a "$LOG";
 # Debian packages.
 # gdb and libc6-dbg: tests/gdb_oracle.rs (gdb names glibc's frames, down to
 # clone3, only with its debug symbols). libstdc++6 and libstdc++6-arm64-cross:
-# tests/cfi_conformance.rs reads their .eh_frame (the cross one otherwise
-# comes only as a dependency). mold: tests/recipe.rs links with it.
+# tests/offline/cfi_conformance.rs reads their .eh_frame (the cross one otherwise
+# comes only as a dependency). mold: tests/offline/recipe.rs links with it.
 # valgrind: scripts/bench-goals.sh counts instructions with callgrind.
 PACKAGES=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user llvm-16 llvm-19 clang-16 lld-16
   libunwind-dev binutils gdb libc6-dbg libstdc++6 libstdc++6-arm64-cross mold valgrind)

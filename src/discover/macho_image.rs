@@ -1,7 +1,7 @@
 //! The module-table entry for a loaded Mach-O image, made from its header
 //! alone: what the macOS module table records of each image dyld lists.
 //! Pure and OS-independent, so it is checked on any host against the
-//! Mach-O fixtures (`tests/compact_unwind_macho.rs`).
+//! Mach-O fixtures (`tests/offline/compact_unwind_macho.rs`).
 
 use crate::formats::elf::{PF_R, PF_W, PF_X};
 use crate::formats::macho::{MachO, VM_PROT_EXECUTE, VM_PROT_READ, VM_PROT_WRITE};

@@ -1,4 +1,4 @@
-// The bodies of the fuzz targets, shared with tests/fuzz_regressions.rs so
+// The bodies of the fuzz targets, shared with tests/offline/fuzz_regressions.rs so
 // every saved finding is replayed by `cargo test` on stable.
 #[allow(dead_code)]
 pub fn sframe_parse(data: &[u8]) {

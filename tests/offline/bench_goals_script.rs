@@ -2,7 +2,7 @@
 //! a run's criterion results and frame counts. Each case lays out a run
 //! with chosen times, so every ratio and verdict is known in advance.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Output};

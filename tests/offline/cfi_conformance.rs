@@ -36,7 +36,7 @@
 //!   "key B".
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

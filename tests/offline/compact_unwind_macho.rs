@@ -13,7 +13,7 @@ use stackmark::markup::{Markup, Scope, SliceSink};
 use stackmark::modules::Segment;
 use stackmark::{Frame, Method};
 
-mod macho_support;
+use crate::macho_support;
 use macho_support::fixtures;
 
 #[test]

@@ -97,7 +97,7 @@ fn objdump(path: &Path) -> Listing {
 }
 
 /// The `__unwind_info` section of a fixture.
-mod macho_support;
+use crate::macho_support;
 
 fn section(name: &str) -> Vec<u8> {
     let data = std::fs::read(macho_support::dir().join(name)).unwrap();

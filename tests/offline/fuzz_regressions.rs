@@ -1,7 +1,7 @@
 //! Replays every saved fuzz input (tests/data/fuzz/<target>/*) through the
 //! fuzz targets' bodies, on stable: each finding, once fixed, stays fixed.
 
-mod fuzz_support;
+use crate::fuzz_support;
 
 use std::path::Path;
 

@@ -10,7 +10,7 @@
 //! instruction, a return address the instruction after a call, both found by
 //! decoding the caller's code (x86_64 `call rel32`, AArch64 `bl`).
 
-mod common;
+use crate::common;
 
 use std::fs::File;
 use std::os::fd::AsRawFd;

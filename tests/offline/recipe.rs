@@ -12,7 +12,7 @@
 //! Rust frames walked by SFrame.
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
-mod sframe_support;
+use crate::sframe_support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -2,7 +2,7 @@
 //! fail with a message of its own and a non-zero status, never with a Rust
 //! panic or a success.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -3,9 +3,9 @@
 //! section makes parsing or lookups panic. The sections start as real GNU
 //! as/ld output (`tests/data/sframe/testcases/`) and are broken byte by byte.
 
-mod common;
-mod fuzz_support;
-mod sframe_support;
+use crate::common;
+use crate::fuzz_support;
+use crate::sframe_support;
 
 use common::Rng;
 use fuzz_support::first_covering;

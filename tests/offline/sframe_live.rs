@@ -13,8 +13,8 @@
 //! state) that the CFI gives there. Where the installed binutils reads the
 //! section, `sframe_dump FILE` must also print what `objdump --sframe` does.
 
-mod common;
-mod sframe_support;
+use crate::common;
+use crate::sframe_support;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

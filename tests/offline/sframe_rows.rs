@@ -1,7 +1,7 @@
 //! What `find_row` answers, feature by feature, on sections GNU as and ld
 //! wrote (`tests/data/sframe/testcases/`): the rules the walker applies.
 
-mod sframe_support;
+use crate::sframe_support;
 
 use sframe_support::Case;
 use stackmark::formats::sframe::{CfaRule, RegRule, Row, SFrame};

@@ -6,7 +6,7 @@
 //! `objdump --sframe` printed for it. Each section also looks up, pc by pc,
 //! the same rows a plain linear search over its functions finds.
 
-mod sframe_support;
+use crate::sframe_support;
 
 use sframe_support::{cases_dir, function_lines, run_dump, scratch, Case};
 use stackmark::formats::sframe::{Row, SFrame};

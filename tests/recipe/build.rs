@@ -3,7 +3,7 @@
 //! README's `CFLAGS`.
 
 fn main() {
-    // Which linker links the program: tests/recipe.rs builds it with each,
+    // Which linker links the program: tests/offline/recipe.rs builds it with each,
     // without rebuilding its dependencies (RUSTFLAGS would).
     println!("cargo:rerun-if-env-changed=RECIPE_FUSE_LD");
     let ld = std::env::var("RECIPE_FUSE_LD");

@@ -1,6 +1,6 @@
 //! Hand-made programs for the instructions real sections seldom use; the
 //! real sections themselves are checked against gimli in
-//! `tests/cfi_conformance.rs`.
+//! `tests/offline/cfi_conformance.rs`.
 
 use super::*;
 

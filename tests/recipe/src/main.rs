@@ -1,7 +1,7 @@
 //! Calls into a C library built by `cc` with SFrame and without frame
 //! pointers, and, from the Rust callback the C code calls, walks the stack
 //! with stackmark and with libgcc's `_Unwind_Backtrace`. Prints both lists
-//! for tests/recipe.rs to compare:
+//! for tests/offline/recipe.rs to compare:
 //! - `module <name> sframe <bool> pieces <n> indexed <bool>` for the program;
 //! - `ours <pc> <method> <precise> <module-offset>` per stackmark frame;
 //! - `libgcc <pc> <module-offset>` per libgcc return address.
