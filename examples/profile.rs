@@ -222,8 +222,7 @@ fn main() {
     for r in &records {
         counts[r.0] += 1;
     }
-    let mut stacks: Vec<(Vec<(u64, bool)>, u64, usize)> =
-        folded.into_iter().map(|(k, n)| (k, counts[n], n)).collect();
+    let mut stacks: Vec<_> = folded.into_iter().map(|(k, n)| (k, counts[n], n)).collect();
     stacks.sort_by_key(|s| std::cmp::Reverse(s.1));
     let mut order = vec![0; stacks.len()];
     for (at, s) in stacks.iter().enumerate() {
