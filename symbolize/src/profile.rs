@@ -637,3 +637,99 @@ fn offset_in_file(m: &Module, vaddr: u64) -> Option<u64> {
             .then(|| off + (vaddr - seg.address()))
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONTEXT: &str = "{{{reset}}}\n{{{module:0:/bin/app:elf:0102}}}\n\
+        {{{mmap:0x1000:0x1000:load:0:r:0x0}}}\n{{{mmap:0x2000:0x1000:load:0:rx:0x1000}}}\n";
+
+    fn read(text: &str) -> (ProfileLog, Option<LogError>) {
+        ProfileLog::read(&mut text.as_bytes())
+    }
+
+    #[test]
+    fn an_old_log_gives_its_stacks_counts_and_bare_frames_no_mapping() {
+        let log = format!("{CONTEXT}0x7000;{{{{{{pc:0x2010:ra}}}}}};{{{{{{pc:0x2020:pc}}}}}} 5\n");
+        let (log, err) = read(&log);
+        assert_eq!(err, None);
+        assert_eq!(log.samples(), 5);
+        let p = to_pprof(&log, None, Options::default());
+        assert_eq!(p.sample.len(), 1);
+        assert_eq!(p.sample[0].value, [5]);
+        // Leaf first: the exact pc, the return address less one, the bare
+        // address (not the leaf, so a return address too) without a mapping.
+        let loc = |id: u64| &p.location[id as usize - 1];
+        let got: Vec<(u64, u64)> = p.sample[0]
+            .location_id
+            .iter()
+            .map(|&id| (loc(id).address, loc(id).mapping_id))
+            .collect();
+        assert_eq!(got, [(0x2020, 1), (0x200f, 1), (0x6fff, 0)]);
+        // The executable segment, at its distance from the first page.
+        let m = &p.mapping[0];
+        assert_eq!(
+            (m.memory_start, m.memory_limit, m.file_offset),
+            (0x2000, 0x3000, 0x1000)
+        );
+        assert_eq!(p.string_table[m.build_id as usize], "0102");
+    }
+
+    #[test]
+    fn thread_names_unquote_and_samples_merge_by_stack_and_thread() {
+        let log = format!(
+            "{CONTEXT}{{{{{{pc:0x2010:pc}}}}}} 3\n\
+             # stackmark-profile version=1 period_ns=1000 monotonic_ns=100 realtime_ns=5000\n\
+             # thread tid=7 name=\"a \\x22b\\x5c\"\n\
+             # sample stack=0 tid=7 time_ns=10\n# sample stack=0 tid=7 time_ns=20\n\
+             # sample stack=0 tid=8 time_ns=30\n# end samples=3\n"
+        );
+        let (log, err) = read(&log);
+        assert_eq!(err, None);
+        let p = to_pprof(&log, None, Options::default());
+        let s = |i: i64| p.string_table[i as usize].as_str();
+        type Labels<'a> = Vec<(&'a str, &'a str, i64)>;
+        let merged: Vec<(Vec<i64>, Labels)> = p
+            .sample
+            .iter()
+            .map(|x| {
+                let labels = x
+                    .label
+                    .iter()
+                    .map(|l| (s(l.key), s(l.str), l.num))
+                    .collect();
+                (x.value.clone(), labels)
+            })
+            .collect();
+        assert_eq!(
+            merged,
+            [
+                (
+                    vec![2, 2000],
+                    vec![("thread", "a \"b\\", 0), ("tid", "", 7)]
+                ),
+                (vec![1, 1000], vec![("tid", "", 8)]),
+            ]
+        );
+        // Wall clock: 5000 - (100 - 10).
+        assert_eq!((p.time_nanos, p.duration_nanos), (4910, 20 + 1000));
+        let p = to_pprof(&log, None, Options { timestamps: true });
+        assert_eq!(p.sample.len(), 3);
+    }
+
+    #[test]
+    fn counts_that_disagree_or_a_missing_end_are_errors_after_the_whole_log() {
+        let head = format!(
+            "{CONTEXT}{{{{{{pc:0x2010:pc}}}}}} 2\n# stackmark-profile period_ns=1000\n\
+             # sample stack=0 tid=7 time_ns=10\n"
+        );
+        let (_, err) = read(&head);
+        assert_eq!(err.unwrap().line, 8, "the line after the last");
+        let (_, err) = read(&format!("{head}# end samples=1\n"));
+        let err = err.unwrap();
+        assert_eq!(err.line, 5, "the stack line: {}", err.message);
+        let (_, err) = read(&format!("{head}# end samples=2\n"));
+        assert_eq!(err.unwrap().line, 8);
+    }
+}
