@@ -595,8 +595,8 @@ static DRAINER: AtomicU64 = AtomicU64::new(0);
 /// Each sample gets its thread's name here ([`Sample::thread_name`]): the
 /// handler cannot open a file. It is read once per thread per drain, so a
 /// thread renamed between the sample and the drain gives its new name,
-/// and one that has exited gives none: drain before joining threads
-/// whose names matter.
+/// one that has exited gives none, and one whose id a new thread took
+/// gives that thread's: drain before joining threads whose names matter.
 pub fn drain(mut f: impl FnMut(&Sample)) -> usize {
     // SAFETY: pthread_self has no preconditions.
     let me = unsafe { libc::pthread_self() } as u64;
