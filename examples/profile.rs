@@ -12,8 +12,11 @@
 //! Output, on standard output: the markup context (`{{{reset}}}`,
 //! `{{{module}}}`, `{{{mmap}}}`), then one line per distinct stack,
 //! outermost frame first, in the folded format flame graph tools read:
-//! `{{{pc:0x...:ra}}};...;{{{pc:0x...:pc}}} COUNT`. The overhead report goes
-//! to standard error. See the README for turning it into a flame graph.
+//! `{{{pc:0x...:ra}}};...;{{{pc:0x...:pc}}} COUNT`; then `#` lines with
+//! each sample's stack, thread and time, and each thread's name (the
+//! profile log format of `docs/profiling.md`, which `stackmark-symbolize
+//! --pprof` converts). The overhead report goes to standard error. See the
+//! README for turning it into a flame graph.
 
 #[cfg(target_os = "linux")]
 use std::collections::HashMap;
@@ -89,15 +92,18 @@ fn run(threads: usize, secs: f64, hz: Option<u32>, mut on_tick: impl FnMut()) ->
     STOP.store(false, SeqCst);
     WORK.store(0, SeqCst);
     let workers: Vec<_> = (0..threads)
-        .map(|_| {
-            std::thread::spawn(move || {
+        .map(|i| {
+            // Named, so that a profile can be split by thread name.
+            let thread = std::thread::Builder::new().name(format!("worker-{i}"));
+            thread.spawn(move || {
                 stackmark::register_thread();
                 // Held, so sampling this thread, until the worker returns.
                 let _timer = hz.map(|hz| stackmark::sample::ThreadTimer::start(hz).expect("timer"));
                 profile_worker()
             })
         })
-        .collect();
+        .collect::<Result<_, _>>()
+        .expect("spawn a worker");
     let end = Instant::now() + Duration::from_secs_f64(secs);
     while Instant::now() < end {
         std::thread::sleep(Duration::from_millis(10));
@@ -161,12 +167,22 @@ fn main() {
     let base_work = run(threads, secs, None, || {});
 
     // Each frame with whether it is an exact pc (frame 0, or a frame a
-    // signal interrupted) rather than a return address.
-    let mut folded: HashMap<Vec<(u64, bool)>, u64> = HashMap::new();
+    // signal interrupted) rather than a return address; each distinct
+    // stack gets a number, in order of first sight.
+    let mut folded: HashMap<Vec<(u64, bool)>, usize> = HashMap::new();
+    // Per sample: its stack's number, thread id and time.
+    let mut records: Vec<(usize, i32, u64)> = Vec::new();
+    // Each thread's name, from the first drain that found it alive.
+    let mut names: Vec<(i32, Vec<u8>)> = Vec::new();
     let mut keep = |s: &stackmark::sample::Sample| {
         let frames = s.frames().iter().enumerate();
         let key = frames.map(|(i, &pc)| (pc, s.precise(i))).collect();
-        *folded.entry(key).or_default() += 1;
+        let next = folded.len();
+        let stack = *folded.entry(key).or_insert(next);
+        records.push((stack, s.tid, s.time_ns()));
+        if !s.thread_name().is_empty() && !names.iter().any(|n| n.0 == s.tid) {
+            names.push((s.tid, s.thread_name().to_vec()));
+        }
     };
     let cpu0 = cpu_time_ns();
     let handler0 = stackmark::sample::stats().handler_ns;
@@ -200,8 +216,18 @@ fn main() {
     };
     let mut out = std::io::stdout().lock();
     out.write_all(&context).unwrap();
-    let mut stacks: Vec<_> = folded.into_iter().collect();
+    // Stacks with their counts, most frequent first; `order[n]` is where
+    // stack number `n` went, for the sample lines.
+    let mut counts = vec![0u64; folded.len()];
+    for r in &records {
+        counts[r.0] += 1;
+    }
+    let mut stacks: Vec<_> = folded.into_iter().map(|(k, n)| (k, counts[n], n)).collect();
     stacks.sort_by_key(|s| std::cmp::Reverse(s.1));
+    let mut order = vec![0; stacks.len()];
+    for (at, s) in stacks.iter().enumerate() {
+        order[s.2] = at;
+    }
     // A pc no module of the context covers (code made at run time, or in a
     // module without a build ID) is plain text: the filter rejects a pc
     // element with no mmap to resolve it against.
@@ -210,7 +236,7 @@ fn main() {
             .module_for_addr(pc)
             .is_some_and(|m| !m.build_id().is_empty())
     };
-    for (pcs, count) in &stacks {
+    for (pcs, count, _) in &stacks {
         let mut line = String::new();
         for (i, (pc, precise)) in pcs.iter().enumerate().rev() {
             let kind = if *precise { "pc" } else { "ra" };
@@ -223,9 +249,11 @@ fn main() {
         }
         writeln!(out, "{line}{count}").unwrap();
     }
+    write_records(&mut out, hz, &order, &records, &names);
+    drop(out);
     let depth: usize = stacks
         .iter()
-        .map(|(p, c)| p.len() * *c as usize)
+        .map(|(p, c, _)| p.len() * *c as usize)
         .sum::<usize>()
         / (taken.max(1) as usize);
     eprintln!(
@@ -246,6 +274,60 @@ fn main() {
         "profile: work done {work} with sampling, {base_work} without ({:+.2}%)",
         (work as f64 / base_work.max(1) as f64 - 1.0) * 100.0
     );
+}
+
+/// The profile log's sample lines (`docs/profiling.md`): a header with the
+/// sampling period and a clock pair to date the samples by, each thread's
+/// name, each sample's stack (its folded line, counted from 0), thread and
+/// time, and an end line that says the log is whole.
+#[cfg(target_os = "linux")]
+fn write_records(
+    out: &mut impl Write,
+    hz: u32,
+    order: &[usize],
+    records: &[(usize, i32, u64)],
+    names: &[(i32, Vec<u8>)],
+) {
+    let mut real = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    let mut mono = real;
+    // SAFETY: clock_gettime fills the timespecs.
+    unsafe {
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut mono);
+        libc::clock_gettime(libc::CLOCK_REALTIME, &mut real);
+    }
+    let ns = |t: libc::timespec| t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64;
+    writeln!(
+        out,
+        "# stackmark-profile version=1 period_ns={} monotonic_ns={} realtime_ns={}",
+        1_000_000_000 / u64::from(hz),
+        ns(mono),
+        ns(real)
+    )
+    .unwrap();
+    for (tid, name) in names {
+        // Quoted; a byte outside printable ASCII, a quote or a backslash
+        // as \xNN, so that the line stays one line of text.
+        let mut quoted = String::new();
+        for &b in name {
+            match b {
+                b' '..=b'~' if b != b'"' && b != b'\\' => quoted.push(b as char),
+                _ => quoted.push_str(&format!("\\x{b:02x}")),
+            }
+        }
+        writeln!(out, "# thread tid={tid} name=\"{quoted}\"").unwrap();
+    }
+    for &(stack, tid, time) in records {
+        writeln!(
+            out,
+            "# sample stack={} tid={tid} time_ns={time}",
+            order[stack]
+        )
+        .unwrap();
+    }
+    writeln!(out, "# end samples={}", records.len()).unwrap();
 }
 
 /// Elsewhere the example is an empty program: it samples with the Linux-only

@@ -31,8 +31,10 @@ run_tests() { timeout --kill-after=30 1200 cargo test "$@" 2>&1 | tee -a "$LOG";
 # tests/offline/cfi_conformance.rs reads their .eh_frame (the cross one otherwise
 # comes only as a dependency). mold: tests/offline/recipe.rs links with it.
 # valgrind: scripts/bench-goals.sh counts instructions with callgrind.
+# golang-go: symbolize/tests/pprof.rs reads stackmark-symbolize --pprof's
+# profiles with the real `go tool pprof`, the consumer they are made for.
 PACKAGES=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user llvm-16 llvm-19 clang-16 lld-16
-  libunwind-dev binutils gdb libc6-dbg libstdc++6 libstdc++6-arm64-cross mold valgrind)
+  libunwind-dev binutils gdb libc6-dbg libstdc++6 libstdc++6-arm64-cross mold valgrind golang-go)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

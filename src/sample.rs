@@ -33,10 +33,19 @@ pub struct Sample {
     /// The sampled thread's id.
     pub tid: i32,
     len: u16,
+    /// Bytes of `name` in use.
+    name_len: u8,
     /// Bit `i` set: frame `i` is an exact pc ([`Frame::precise`]).
     precise: u64,
+    /// `CLOCK_MONOTONIC` when the handler started, in nanoseconds.
+    time_ns: u64,
+    /// The thread's name, filled in by [`drain`], never by the handler.
+    name: [u8; THREAD_NAME_MAX],
     pcs: [u64; SAMPLE_DEPTH],
 }
+
+/// Longest thread name Linux keeps (`TASK_COMM_LEN` less its NUL).
+const THREAD_NAME_MAX: usize = 15;
 
 // One bit per frame.
 const _: () = assert!(SAMPLE_DEPTH <= 64);
@@ -57,6 +66,43 @@ impl Sample {
     pub fn precise(&self, i: usize) -> bool {
         i < self.len as usize && self.precise >> i & 1 != 0
     }
+
+    /// When the sample was taken: `CLOCK_MONOTONIC` in nanoseconds, read
+    /// by the handler as it started (comparable with
+    /// `clock_gettime(CLOCK_MONOTONIC)` anywhere in the process).
+    pub fn time_ns(&self) -> u64 {
+        self.time_ns
+    }
+
+    /// The sampled thread's name (`/proc/self/task/TID/comm`, at most 15
+    /// bytes), read by [`drain`] as it hands the sample out; empty when
+    /// the thread had already exited by then.
+    pub fn thread_name(&self) -> &[u8] {
+        &self.name[..self.name_len as usize]
+    }
+}
+
+/// The name of thread `tid` of this process, as its `comm` file gives it;
+/// empty when there is no such thread (any more) or no procfs.
+fn read_thread_name(tid: i32) -> ([u8; THREAD_NAME_MAX], u8) {
+    use std::io::Read;
+    let mut name = [0u8; THREAD_NAME_MAX];
+    let Ok(mut f) = std::fs::File::open(format!("/proc/self/task/{tid}/comm")) else {
+        return (name, 0);
+    };
+    // The name and its newline: 16 bytes at most.
+    let mut buf = [0u8; THREAD_NAME_MAX + 1];
+    let mut n = 0;
+    while n < buf.len() {
+        match f.read(&mut buf[n..]) {
+            Ok(0) | Err(_) => break,
+            Ok(k) => n += k,
+        }
+    }
+    let text = buf[..n].strip_suffix(b"\n").unwrap_or(&buf[..n]);
+    let len = text.len().min(THREAD_NAME_MAX);
+    name[..len].copy_from_slice(&text[..len]);
+    (name, len as u8)
 }
 
 /// How samples walk: as a crash report does, to [`SAMPLE_DEPTH`] frames.
@@ -123,7 +169,10 @@ const SLOT: Slot = Slot {
     sample: UnsafeCell::new(Sample {
         tid: 0,
         len: 0,
+        name_len: 0,
         precise: 0,
+        time_ns: 0,
+        name: [0; THREAD_NAME_MAX],
         pcs: [0; SAMPLE_DEPTH],
     }),
 };
@@ -158,6 +207,7 @@ pub unsafe fn record(uc: *const c_void) {
             // until it publishes the sample.
             let s = unsafe { &mut *slot.sample.get() };
             s.tid = crate::sys::gettid();
+            s.time_ns = start;
             s.len = n as u16;
             s.precise = 0;
             for (i, (d, f)) in s.pcs.iter_mut().zip(&frames[..n]).enumerate() {
@@ -541,6 +591,12 @@ static DRAINER: AtomicU64 = AtomicU64::new(0);
 /// returns how many. One drain runs at a time: a call made while another
 /// runs, on another thread or from inside `f`, hands out nothing and
 /// returns 0. Call it outside signal handlers.
+///
+/// Each sample gets its thread's name here ([`Sample::thread_name`]): the
+/// handler cannot open a file. It is read once per thread per drain, so a
+/// thread renamed between the sample and the drain gives its new name,
+/// one that has exited gives none, and one whose id a new thread took
+/// gives that thread's: drain before joining threads whose names matter.
 pub fn drain(mut f: impl FnMut(&Sample)) -> usize {
     // SAFETY: pthread_self has no preconditions.
     let me = unsafe { libc::pthread_self() } as u64;
@@ -556,6 +612,8 @@ pub fn drain(mut f: impl FnMut(&Sample)) -> usize {
     }
     let _done = Done;
     let mut n = 0;
+    // Names read during this drain: a file read per thread, not per sample.
+    let mut names: Vec<(i32, ([u8; THREAD_NAME_MAX], u8))> = Vec::new();
     loop {
         let r = RING.read.load(Relaxed);
         let slot = &RING.slots[r % RING_SLOTS];
@@ -569,10 +627,17 @@ pub fn drain(mut f: impl FnMut(&Sample)) -> usize {
         // the slot until it is handed back below. Copied out first, so `f`
         // never sees a slot a writer may already be reusing, and a sample
         // is handed out once even if `f` panics.
-        let sample = unsafe { *slot.sample.get() };
+        let mut sample = unsafe { *slot.sample.get() };
         slot.lap.store(2 * (lap + 1), Release);
         RING.read.store(r + 1, Relaxed);
         n += 1;
+        let known = names.iter().find(|(t, _)| *t == sample.tid).map(|e| e.1);
+        let (name, len) = known.unwrap_or_else(|| {
+            let got = read_thread_name(sample.tid);
+            names.push((sample.tid, got));
+            got
+        });
+        (sample.name, sample.name_len) = (name, len);
         f(&sample);
     }
 }
@@ -658,6 +723,54 @@ mod fork_tests {
         let mut later = 0;
         drain(|s| later += usize::from(s.tid == me));
         assert_eq!(later, 2, "the ring still hands samples out");
+    }
+
+    #[test]
+    fn a_sample_carries_the_time_it_was_taken_and_its_threads_name() {
+        let _t = turn();
+        crate::live::init_table().unwrap();
+        drain(|_| {});
+        let (tid, before, after) = std::thread::Builder::new()
+            .name("sampled-thread".into())
+            .spawn(|| {
+                let before = crate::sys::monotonic_ns();
+                record_here();
+                (crate::sys::gettid(), before, crate::sys::monotonic_ns())
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        // The thread has exited: its name is gone with it.
+        let mut gone = Vec::new();
+        drain(|s| gone.extend((s.tid == tid).then(|| (s.thread_name().to_vec(), s.time_ns()))));
+        assert_eq!(gone.len(), 1);
+        assert_eq!(gone[0].0, b"");
+        // The handler's clock reading lies between the thread's own two.
+        assert!(
+            (before..=after).contains(&gone[0].1),
+            "{before} {gone:?} {after}"
+        );
+        // Drained while the thread lives: its name, as the kernel keeps it.
+        let (ready, done) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+        std::thread::scope(|s| {
+            let t = std::thread::Builder::new()
+                .name("a-longer-name-than-fits".into())
+                .spawn_scoped(s, || {
+                    record_here();
+                    ready.wait();
+                    done.wait();
+                    crate::sys::gettid()
+                })
+                .unwrap();
+            ready.wait();
+            let mut seen = Vec::new();
+            drain(|s| seen.push((s.tid, s.thread_name().to_vec())));
+            done.wait();
+            let tid = t.join().unwrap();
+            let (_, name) = seen.iter().find(|e| e.0 == tid).expect("its sample");
+            // Cut to the kernel's 15 bytes, as `ps` shows it.
+            assert_eq!(name, b"a-longer-name-t");
+        });
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! `llvm-symbolizer --filter-markup` and the README's `sed`, then checked:
 //! the markup context comes first, every sample is on a folded line, and
 //! at least 95% of them name a hot function under its exact callers, the
-//! 56 SFrame-only C frames of `c_recurse` among them.
+//! 56 SFrame-only C frames of `c_recurse` among them. The sample lines
+//! after the stacks give every sample its stack, thread and time.
 
 #![cfg(target_os = "linux")]
 
@@ -19,6 +20,44 @@ fn sed(script: &str, text: &str) -> String {
     );
     assert!(out.status.success());
     String::from_utf8(out.stdout).unwrap()
+}
+
+/// The `# sample` lines: one per sample, each naming a folded line that
+/// counts it, on one of the two named worker threads, in time order per
+/// thread; then the end line.
+fn check_sample_lines(text: &str, folded: &[&str], taken: u64) {
+    let field = |l: &str, k: &str| -> u64 {
+        let v = l.split(' ').find_map(|w| w.strip_prefix(k)).unwrap();
+        v.parse().unwrap_or_else(|_| panic!("{k} in {l}"))
+    };
+    let mut per_stack = vec![0u64; folded.len()];
+    let mut last_time = std::collections::HashMap::new();
+    let mut n = 0;
+    for l in text.lines().filter(|l| l.starts_with("# sample ")) {
+        per_stack[field(l, "stack=") as usize] += 1;
+        let (tid, t) = (field(l, "tid="), field(l, "time_ns="));
+        let before = last_time.insert(tid, t).unwrap_or(0);
+        assert!(t > before, "{l} after {before}");
+        n += 1;
+    }
+    assert_eq!(n, taken);
+    for (line, n) in folded.iter().zip(per_stack) {
+        assert!(line.ends_with(&format!(" {n}")), "{n} samples of {line}");
+    }
+    let threads: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("# thread "))
+        .collect();
+    assert_eq!(threads.len(), 2, "{threads:?}");
+    for (w, tid) in ["worker-0", "worker-1"].iter().zip(&threads) {
+        assert!(
+            threads
+                .iter()
+                .any(|t| t.ends_with(&format!(" name=\"{w}\""))),
+            "{tid}"
+        );
+    }
+    assert!(text.ends_with(&format!("# end samples={taken}\n")));
 }
 
 /// The number after `label` in `text`.
@@ -59,7 +98,10 @@ fn the_profile_example_folds_its_samples_into_symbolized_stacks() {
     let folded: Vec<&str> = text
         .lines()
         .filter(|l| {
-            !l.starts_with("{{{reset") && !l.starts_with("{{{module:") && !l.starts_with("{{{mmap:")
+            !l.starts_with("{{{reset")
+                && !l.starts_with("{{{module:")
+                && !l.starts_with("{{{mmap:")
+                && !l.starts_with("# ")
         })
         .collect();
     assert!(
@@ -72,6 +114,7 @@ fn the_profile_example_folds_its_samples_into_symbolized_stacks() {
         .map(|l| count(l).unwrap_or_else(|| panic!("{l}")))
         .sum();
     assert_eq!(total, taken, "every sample on a folded line");
+    check_sample_lines(&text, &folded, taken);
 
     let mut files = common::module_paths(&out.stdout);
     files.push(bin.clone());
@@ -85,7 +128,11 @@ fn the_profile_example_folds_its_samples_into_symbolized_stacks() {
     let brackets = sed(r"s/; /, /g; s/\[[^][]*:[0-9]+\]//g", &named);
     let (mut good, mut rust, mut c) = (0, 0, 0);
     let mut bad = Vec::new();
-    for line in brackets.lines().filter(|l| !l.starts_with("[[[ELF")) {
+    // As docs/profiling.md: the `# ` lines of the log are not stacks.
+    let stacks = brackets
+        .lines()
+        .filter(|l| !l.starts_with("[[[ELF") && !l.starts_with("# "));
+    for line in stacks {
         let Some((stack, n)) = line.rsplit_once(' ') else {
             continue;
         };

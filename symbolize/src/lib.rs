@@ -10,6 +10,10 @@
 //! - [`dwarf`]: ELF or Mach-O files with DWARF in a `.build-id` tree, read
 //!   with `addr2line`.
 //!
+//! With `--pprof`, [`profile`] turns a profile log into a pprof file
+//! ([`pprof`]) instead: mappings with build IDs, locations, and with
+//! sources, functions and lines.
+//!
 //! The parsers of both symbol file formats take any bytes without
 //! panicking and report a malformed input with its byte offset.
 
@@ -19,6 +23,8 @@ pub mod dwarf;
 pub mod filter;
 pub mod gsym;
 pub mod markup;
+pub mod pprof;
+pub mod profile;
 pub mod sources;
 
 mod frame;
