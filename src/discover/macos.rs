@@ -30,7 +30,7 @@
 use core::ffi::{c_char, c_void, CStr};
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 
-use super::header_set::HeaderSet;
+use super::address_set::AddressSet;
 use crate::formats::cfi::Cfi;
 use crate::formats::compact_unwind::UnwindInfo;
 use crate::formats::macho::{self, MachO};
@@ -209,7 +209,7 @@ const MAX_ATTEMPTS: usize = 64;
 /// callbacks before it takes an image off its list, so a refresh that reads
 /// the list meanwhile (after the callback counted itself in [`CHANGES`])
 /// would find the image still there, with its name about to be freed.
-static REMOVED: HeaderSet = HeaderSet::new();
+static REMOVED: AddressSet = AddressSet::new();
 
 /// Reads dyld's list of images into `images`, leaving out those being
 /// removed; returns how many it holds and how many did not fit. Only the

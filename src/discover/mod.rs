@@ -2,7 +2,7 @@
 //! ([`crate::modules`]) from the loader's list, with each module's unwind
 //! tables, pinning and signal trampolines.
 
-pub mod header_set;
+pub mod address_set;
 mod macho_image;
 
 #[cfg(target_os = "linux")]

@@ -10,7 +10,7 @@ use crate::memory::MemoryReader;
 mod capture;
 internal! {
     mod compact;
-    mod edge;
+    mod prologue;
 }
 #[cfg(all(target_arch = "aarch64", any(target_os = "linux", target_os = "macos")))]
 pub mod ucontext;
@@ -193,13 +193,13 @@ impl Arch for Aarch64 {
         compact::step(encoding, r, mem, ra_in_register_ok)
     }
 
-    /// See `edge::caller`.
+    /// See `prologue::caller`.
     fn step_edge<M: MemoryReader>(
         func_start: u64,
         r: &Regs,
         mem: &M,
     ) -> Result<Option<Regs>, StepError> {
-        edge::caller(func_start, r, mem)
+        prologue::caller(func_start, r, mem)
     }
 
     /// `(pc, sp, fp) = (strip(*(fp + 8)), fp + 16, *fp)`. The caller's sp is

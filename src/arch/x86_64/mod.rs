@@ -8,7 +8,7 @@ use crate::memory::MemoryReader;
 mod capture;
 internal! {
     mod compact;
-    mod edge;
+    mod prologue;
 }
 #[cfg(all(target_arch = "x86_64", any(target_os = "linux", target_os = "macos")))]
 pub mod ucontext;
@@ -128,13 +128,13 @@ impl Arch for X86_64 {
         compact::step(encoding, func_start, r, mem)
     }
 
-    /// See `edge::caller`.
+    /// See `prologue::caller`.
     fn step_edge<M: MemoryReader>(
         func_start: u64,
         r: &Regs,
         mem: &M,
     ) -> Result<Option<Regs>, StepError> {
-        edge::caller(func_start, r, mem)
+        prologue::caller(func_start, r, mem)
     }
 
     /// `(rip, rsp, rbp) = (*(rbp + 8), rbp + 16, *rbp)`

@@ -12,23 +12,23 @@ pub const HEADERS: usize = 64;
 
 /// See the module docs.
 #[derive(Debug)]
-pub struct HeaderSet {
+pub struct AddressSet {
     slots: [AtomicU64; HEADERS],
     next: AtomicUsize,
 }
 
-impl Default for HeaderSet {
+impl Default for AddressSet {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl HeaderSet {
+impl AddressSet {
     /// An empty set.
     pub const fn new() -> Self {
         #[allow(clippy::declare_interior_mutable_const)]
         const EMPTY: AtomicU64 = AtomicU64::new(0);
-        HeaderSet {
+        AddressSet {
             slots: [EMPTY; HEADERS],
             next: AtomicUsize::new(0),
         }
@@ -64,7 +64,7 @@ mod tests {
 
     #[test]
     fn addresses_come_and_go_and_the_oldest_gives_way() {
-        let set = HeaderSet::new();
+        let set = AddressSet::new();
         assert!(!set.contains(0x1000));
         set.insert(0x1000);
         set.insert(0x2000);
