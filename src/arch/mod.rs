@@ -13,7 +13,7 @@ pub mod aarch64;
 pub mod x86_64;
 
 #[cfg(any(target_os = "linux", target_os = "macos"))]
-pub use native::ucontext::regs_from_ucontext;
+pub use native::ucontext::{all_registers, regs_from_ucontext};
 
 #[cfg(target_arch = "aarch64")]
 pub use aarch64 as native;

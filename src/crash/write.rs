@@ -69,7 +69,8 @@ pub(super) unsafe fn report(
     write_thread(&mut m);
     m.newline();
     // SAFETY: `uc` is the kernel's ucontext_t.
-    unsafe { crate::markup::write_registers(&mut m, uc) };
+    let registers = unsafe { crate::arch::all_registers(uc) };
+    crate::markup::write_registers(&mut m, &registers);
     if FAULT_IN_REPORT.load(SeqCst) {
         // SAFETY: none: the fault is the point (see `corrupt_for_test`).
         unsafe { core::ptr::null_mut::<u64>().write_volatile(1) };

@@ -148,62 +148,10 @@ impl FdSink {
     }
 }
 
-/// Writes all of `bytes` to `fd`; on failure, how many bytes went out
-/// before it.
-fn write_all(fd: i32, bytes: &[u8]) -> Result<(), usize> {
-    let mut sent = 0;
-    while let Some(rest) = bytes.get(sent..).filter(|r| !r.is_empty()) {
-        // SAFETY: `rest` is a valid slice for its length; write(2) is
-        // async-signal-safe.
-        let n = unsafe { libc::write(fd, rest.as_ptr().cast(), rest.len()) };
-        if n > 0 {
-            // write(2) never reports more than it was given.
-            sent += (n as usize).min(rest.len());
-        } else if n < 0 {
-            match std::io::Error::last_os_error().raw_os_error() {
-                Some(libc::EINTR) => continue,
-                Some(e) if (e == libc::EAGAIN || e == libc::EWOULDBLOCK) && writable(fd) => {
-                    continue
-                }
-                _ => return Err(sent),
-            }
-        } else {
-            // 0 (nothing accepted) would loop forever; other errors are final.
-            return Err(sent);
-        }
-    }
-    Ok(())
-}
-
 /// How long a write to a non-blocking descriptor that is full (`EAGAIN`)
 /// waits for room before the output is given up (signals that interrupt
 /// the wait do not restart it).
 pub const FD_SINK_WAIT_MS: i32 = 2000;
-
-/// Waits until `fd` takes more output (its reader caught up), for at most
-/// [`FD_SINK_WAIT_MS`] in all, however often a signal interrupts the wait;
-/// `false` if it did not.
-fn writable(fd: i32) -> bool {
-    let deadline = crate::sys::monotonic_ns() + FD_SINK_WAIT_MS as u64 * 1_000_000;
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLOUT,
-        revents: 0,
-    };
-    loop {
-        let left = deadline.saturating_sub(crate::sys::monotonic_ns());
-        // Rounded up: poll(2) takes milliseconds, and 0 would not wait.
-        let ms = left.div_ceil(1_000_000) as i32;
-        if ms == 0 {
-            return false;
-        }
-        // SAFETY: one valid pollfd; poll(2) is async-signal-safe.
-        let n = unsafe { libc::poll(&mut p, 1, ms) };
-        if n >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            return n > 0 && p.revents & libc::POLLOUT != 0;
-        }
-    }
-}
 
 impl FdSink {
     /// [`Sink::write`], handing what leaves the buffer to `emit` (which
@@ -286,12 +234,12 @@ fn send(
 impl Sink for FdSink {
     fn write(&mut self, bytes: &[u8]) {
         let fd = self.fd;
-        self.write_with(bytes, |b| write_all(fd, b));
+        self.write_with(bytes, |b| crate::sys::write_all(fd, b, FD_SINK_WAIT_MS));
     }
 
     fn flush(&mut self) {
         let fd = self.fd;
-        self.flush_with(|b| write_all(fd, b));
+        self.flush_with(|b| crate::sys::write_all(fd, b, FD_SINK_WAIT_MS));
     }
 }
 

@@ -14,6 +14,9 @@ pub mod macos;
 #[cfg(target_os = "macos")]
 pub use macos::{read_checked, register_thread, registered_stack};
 
+mod fd;
+pub(crate) use fd::write_all;
+
 #[cfg(target_os = "linux")]
 pub mod thread_table;
 

@@ -43,6 +43,51 @@ pub unsafe fn regs_from_ucontext(uc: *const c_void) -> super::Regs {
     }
 }
 
+/// The names of AArch64 `x0`..`x30` as crash reports print them.
+const X_NAMES: [&str; 31] = [
+    "x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7", "x8", "x9", "x10", "x11", "x12", "x13", "x14",
+    "x15", "x16", "x17", "x18", "x19", "x20", "x21", "x22", "x23", "x24", "x25", "x26", "x27",
+    "x28", "fp", "lr",
+];
+
+/// Every register of a Linux AArch64 `ucontext_t`, for a crash
+/// report.
+///
+/// # Safety
+/// `uc` must point to a valid `ucontext_t`.
+#[cfg(target_os = "linux")]
+pub unsafe fn all_registers(uc: *const c_void) -> [(&'static str, u64); 34] {
+    // SAFETY: the caller guarantees `uc` is a valid ucontext_t.
+    let mc = unsafe { &(*(uc as *const libc::ucontext_t)).uc_mcontext };
+    let extra = [("sp", mc.sp), ("pc", mc.pc), ("pstate", mc.pstate)];
+    core::array::from_fn(|i| match i {
+        0..=30 => (X_NAMES[i], mc.regs[i]),
+        _ => extra[i - 31],
+    })
+}
+
+/// Every register of a Darwin arm64 `ucontext_t`, for a crash
+/// report.
+///
+/// # Safety
+/// `uc` must point to a valid `ucontext_t`.
+#[cfg(target_os = "macos")]
+pub unsafe fn all_registers(uc: *const c_void) -> [(&'static str, u64); 34] {
+    // SAFETY: forwarded from the caller.
+    let mc = unsafe { crate::sys::macos::mcontext(uc) };
+    let extra: [(&str, u64); 5] = [
+        ("fp", mc.fp),
+        ("lr", mc.lr),
+        ("sp", mc.sp),
+        ("pc", mc.pc),
+        ("cpsr", u64::from(mc.cpsr)),
+    ];
+    core::array::from_fn(|i| match i {
+        0..=28 => (X_NAMES[i], mc.x[i]),
+        _ => extra[i - 29],
+    })
+}
+
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use core::mem::offset_of;

@@ -51,6 +51,57 @@ pub(crate) fn regs_from_state(s: &[u64]) -> super::Regs {
     }
 }
 
+/// The names of x86_64 thread-state registers in Darwin's order.
+#[cfg(target_os = "macos")]
+const DARWIN_NAMES: [&str; 18] = [
+    "rax", "rbx", "rcx", "rdx", "rdi", "rsi", "rbp", "rsp", "r8", "r9", "r10", "r11", "r12", "r13",
+    "r14", "r15", "rip", "rflags",
+];
+
+/// Every register of a Linux x86_64 `ucontext_t`, for a crash
+/// report.
+///
+/// # Safety
+/// `uc` must point to a valid `ucontext_t`.
+#[cfg(target_os = "linux")]
+pub unsafe fn all_registers(uc: *const c_void) -> [(&'static str, u64); 18] {
+    // SAFETY: the caller guarantees `uc` is a valid ucontext_t.
+    let g = unsafe { &(*(uc as *const libc::ucontext_t)).uc_mcontext.gregs };
+    const NAMES: [(&str, c_int); 18] = [
+        ("rax", libc::REG_RAX),
+        ("rbx", libc::REG_RBX),
+        ("rcx", libc::REG_RCX),
+        ("rdx", libc::REG_RDX),
+        ("rsi", libc::REG_RSI),
+        ("rdi", libc::REG_RDI),
+        ("rbp", libc::REG_RBP),
+        ("rsp", libc::REG_RSP),
+        ("r8", libc::REG_R8),
+        ("r9", libc::REG_R9),
+        ("r10", libc::REG_R10),
+        ("r11", libc::REG_R11),
+        ("r12", libc::REG_R12),
+        ("r13", libc::REG_R13),
+        ("r14", libc::REG_R14),
+        ("r15", libc::REG_R15),
+        ("rip", libc::REG_RIP),
+        ("eflags", libc::REG_EFL),
+    ];
+    NAMES.map(|(name, reg)| (name, g[reg as usize] as u64))
+}
+
+/// Every register of a Darwin x86_64 `ucontext_t`, for a crash
+/// report.
+///
+/// # Safety
+/// `uc` must point to a valid `ucontext_t`.
+#[cfg(target_os = "macos")]
+pub unsafe fn all_registers(uc: *const c_void) -> [(&'static str, u64); 18] {
+    // SAFETY: forwarded from the caller.
+    let s = unsafe { &crate::sys::macos::mcontext(uc).ss };
+    core::array::from_fn(|i| (DARWIN_NAMES[i], s[i]))
+}
+
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use core::mem::offset_of;
