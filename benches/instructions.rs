@@ -24,8 +24,13 @@ mod bench {
     /// The part callgrind counts: one walk.
     #[inline(never)]
     #[no_mangle]
-    fn counted_walks(regs: Regs, precise: bool, opts: WalkOptions, out: &mut [Frame]) -> usize {
-        stackmark::walk_from(black_box(regs), precise, opts, out)
+    fn counted_walks(
+        regs: Regs,
+        pc_kind: stackmark::PcKind,
+        opts: WalkOptions,
+        out: &mut [Frame],
+    ) -> usize {
+        stackmark::walk_from(black_box(regs), pc_kind, opts, out)
     }
 
     pub fn main() {
@@ -48,14 +53,14 @@ mod bench {
         let walks: usize = walks.parse().unwrap();
         stackmark::init().unwrap();
         at_distinct_depth(chain, depth, &mut || {
-            let (regs, precise) = stackmark::capture_here();
+            let (regs, pc_kind) = stackmark::capture_here();
             let mut frames = [Frame::default(); 512];
-            let n = stackmark::walk_from(regs, precise, opts, &mut frames);
+            let n = stackmark::walk_from(regs, pc_kind, opts, &mut frames);
             for _ in 0..walks {
                 if cold {
                     stackmark::clear_caches();
                 }
-                assert_eq!(counted_walks(regs, precise, opts, &mut frames), n);
+                assert_eq!(counted_walks(regs, pc_kind, opts, &mut frames), n);
             }
             println!("frames {n}");
         });

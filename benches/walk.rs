@@ -178,7 +178,7 @@ mod bench {
         group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
         name: &str,
         regs: stackmark::Regs,
-        precise: bool,
+        pc_kind: stackmark::PcKind,
         opts: WalkOptions,
         frames: &mut [Frame],
     ) {
@@ -187,7 +187,7 @@ mod bench {
                 || {
                     stackmark::clear_caches();
                 },
-                |_| stackmark::walk_from(regs, precise, opts, frames),
+                |_| stackmark::walk_from(regs, pc_kind, opts, frames),
                 BatchSize::PerIteration,
             )
         });
@@ -218,23 +218,23 @@ mod bench {
         };
         for depth in [16u64, 64, 256] {
             at_depth(depth, &mut || {
-                let (regs, precise) = stackmark::capture_here();
+                let (regs, pc_kind) = stackmark::capture_here();
                 let mut frames = [Frame::default(); 512];
                 let mut group = c.benchmark_group(format!("depth{depth}"));
-                let n = stackmark::walk_from(regs, precise, full, &mut frames);
-                let m = stackmark::walk_from(regs, precise, fp_only, &mut frames);
+                let n = stackmark::walk_from(regs, pc_kind, full, &mut frames);
+                let m = stackmark::walk_from(regs, pc_kind, fp_only, &mut frames);
                 eprintln!("depth {depth}: stackmark/sframe {n} frames, stackmark/fp {m} frames");
                 group.bench_function("stackmark/sframe", |b| {
-                    b.iter(|| stackmark::walk_from(regs, precise, full, &mut frames))
+                    b.iter(|| stackmark::walk_from(regs, pc_kind, full, &mut frames))
                 });
                 group.bench_function("stackmark/fp", |b| {
-                    b.iter(|| stackmark::walk_from(regs, precise, fp_only, &mut frames))
+                    b.iter(|| stackmark::walk_from(regs, pc_kind, fp_only, &mut frames))
                 });
                 cold(
                     &mut group,
                     "stackmark/sframe-cold",
                     regs,
-                    precise,
+                    pc_kind,
                     full,
                     &mut frames,
                 );
@@ -272,7 +272,7 @@ mod bench {
                 }
                 group.finish();
                 if depth == 16 {
-                    parts(c, regs, precise, full, &mut frames);
+                    parts(c, regs, pc_kind, full, &mut frames);
                 }
             });
         }
@@ -290,9 +290,9 @@ mod bench {
         let levels = common::QSORT_LEVELS;
         let mut failure = None;
         common::at_qsort_depth(levels, &mut || {
-            let (regs, precise) = stackmark::capture_here();
+            let (regs, pc_kind) = stackmark::capture_here();
             let mut frames = [Frame::default(); 512];
-            let n = stackmark::walk_from(regs, precise, opts, &mut frames);
+            let n = stackmark::walk_from(regs, pc_kind, opts, &mut frames);
             match common::methods(&frames[..n]) {
                 Ok(m) => eprintln!("qsort {levels}: stackmark {n} frames ({m})"),
                 Err(e) => return failure = Some(e),
@@ -307,13 +307,13 @@ mod bench {
             }
             let mut group = c.benchmark_group(format!("qsort{levels}"));
             group.bench_function("stackmark", |b| {
-                b.iter(|| stackmark::walk_from(regs, precise, opts, &mut frames))
+                b.iter(|| stackmark::walk_from(regs, pc_kind, opts, &mut frames))
             });
             cold(
                 &mut group,
                 "stackmark-cold",
                 regs,
-                precise,
+                pc_kind,
                 opts,
                 &mut frames,
             );
@@ -337,11 +337,11 @@ mod bench {
     fn parts(
         c: &mut Criterion,
         regs: stackmark::Regs,
-        precise: bool,
+        pc_kind: stackmark::PcKind,
         opts: WalkOptions,
         frames: &mut [Frame; 512],
     ) {
-        let n = stackmark::walk_from(regs, precise, opts, frames);
+        let n = stackmark::walk_from(regs, pc_kind, opts, frames);
         let table = stackmark::modules::current().expect("init");
         let exe = &table.modules()[0];
         let recursion_ra = frames[..n]
@@ -369,7 +369,7 @@ mod bench {
         for (name, len) in cuts {
             eprintln!("depth16 part {name}: {len} frames");
             group.bench_function(name, |b| {
-                b.iter(|| stackmark::walk_from(regs, precise, opts, &mut frames[..len]))
+                b.iter(|| stackmark::walk_from(regs, pc_kind, opts, &mut frames[..len]))
             });
         }
         group.finish();
@@ -464,9 +464,9 @@ mod bench {
         ] {
             for depth in [16usize, 64, 256] {
                 at_distinct_depth(chain, depth, &mut || {
-                    let (regs, precise) = stackmark::capture_here();
+                    let (regs, pc_kind) = stackmark::capture_here();
                     let mut frames = [Frame::default(); 512];
-                    let n = stackmark::walk_from(regs, precise, opts, &mut frames);
+                    let n = stackmark::walk_from(regs, pc_kind, opts, &mut frames);
                     eprintln!("{name} {depth}: {ours} {n} frames");
                     let libgcc = common::libgcc_pcs();
                     if let Err(e) = common::same_frames("libgcc", &frames[..n], 1, &libgcc) {
@@ -482,14 +482,14 @@ mod bench {
                     }
                     let mut group = c.benchmark_group(format!("{name}{depth}"));
                     group.bench_function(ours, |b| {
-                        b.iter(|| stackmark::walk_from(regs, precise, opts, &mut frames))
+                        b.iter(|| stackmark::walk_from(regs, pc_kind, opts, &mut frames))
                     });
                     if chain == Chain::Sframe {
                         cold(
                             &mut group,
                             "stackmark/sframe-cold",
                             regs,
-                            precise,
+                            pc_kind,
                             opts,
                             &mut frames,
                         );

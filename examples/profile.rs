@@ -176,7 +176,9 @@ fn main() {
     let mut names: Vec<(i32, Vec<u8>)> = Vec::new();
     let mut keep = |s: &stackmark::sample::Sample| {
         let frames = s.frames().iter().enumerate();
-        let key = frames.map(|(i, &pc)| (pc, s.precise(i))).collect();
+        let key = frames
+            .map(|(i, &pc)| (pc, s.pc_kind(i).is_exact()))
+            .collect();
         let next = folded.len();
         let stack = *folded.entry(key).or_insert(next);
         records.push((stack, s.tid, s.time_ns()));

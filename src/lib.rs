@@ -167,7 +167,7 @@ pub use live::*;
 pub use crash::{install_altstack, install_crash_handler};
 #[cfg(any(target_os = "linux", target_os = "macos"))]
 pub use panic_hook::install_panic_hook;
-pub use walk::{Frame, Method, StopReason, WalkOptions, Walker};
+pub use walk::{Frame, Method, PcKind, StopReason, WalkOptions, Walker};
 
 #[cfg(any(target_os = "linux", target_os = "macos"))]
 /// Builds the module table, records this thread's stack bounds and (on

@@ -6,7 +6,7 @@ use core::ffi::c_void;
 use crate::arch::{Arch, Native};
 use crate::memory::LiveMemory;
 use crate::modules::{self, TableGuard};
-use crate::walk::{CodeMap, Frame, WalkOptions, Walker};
+use crate::walk::{CodeMap, Frame, PcKind, WalkOptions, Walker};
 
 /// The native register set.
 pub type Regs = <Native as Arch>::Regs;
@@ -97,37 +97,37 @@ pub fn capture() -> Regs {
     crate::arch::native::capture()
 }
 
-/// A live walk from `regs`. `precise` says whether the pc is an exact
+/// A live walk from `regs`. `pc_kind` says whether the pc is an exact
 /// instruction (a signal context) rather than a return address. `None`
 /// before [`init`](crate::init). The walker pins the module table: the refresh after the
 /// one that replaces it waits for it (see [`refresh`]).
-pub fn walker(regs: Regs, precise: bool, opts: WalkOptions) -> Option<LiveWalker> {
+pub fn walker(regs: Regs, pc_kind: PcKind, opts: WalkOptions) -> Option<LiveWalker> {
     let table = modules::current()?;
     let mem = LiveMemory::new(Native::sp(&regs));
-    Some(Walker::new(regs, precise, mem, table, opts))
+    Some(Walker::new(regs, pc_kind, mem, table, opts))
 }
 
 /// Walks from `regs` into `out`; returns the number of frames written (0
 /// before [`init`](crate::init)); `out` past them is unspecified ([`Walker::fill`]).
 /// Allocation-free, lock-free and async-signal-safe.
-pub fn walk_from(regs: Regs, precise: bool, opts: WalkOptions, out: &mut [Frame]) -> usize {
+pub fn walk_from(regs: Regs, pc_kind: PcKind, opts: WalkOptions, out: &mut [Frame]) -> usize {
     // Built in place rather than through `walker`: moving the walker out of
     // an `Option` costs a copy of it per walk.
     let Some(table) = modules::current() else {
         return 0;
     };
     let mem = LiveMemory::new(Native::sp(&regs));
-    LiveWalker::new(regs, precise, mem, table, opts).fill(out)
+    LiveWalker::new(regs, pc_kind, mem, table, opts).fill(out)
 }
 
 /// Walks from `regs` into `out` for a report, and says whether the stack
 /// goes on beyond it (frames the report leaves out).
-pub(crate) fn walk_for_report(regs: Regs, precise: bool, out: &mut [Frame]) -> (usize, bool) {
+pub(crate) fn walk_for_report(regs: Regs, pc_kind: PcKind, out: &mut [Frame]) -> (usize, bool) {
     let opts = WalkOptions {
         max_depth: out.len().saturating_add(1),
         ..WalkOptions::default()
     };
-    let Some(mut w) = walker(regs, precise, opts) else {
+    let Some(mut w) = walker(regs, pc_kind, opts) else {
         return (0, false);
     };
     let n = w.fill(out);
@@ -152,20 +152,20 @@ fn filling(out: &[Frame]) -> WalkOptions {
 /// the depth limit.
 #[inline(always)]
 pub fn walk_here(out: &mut [Frame]) -> usize {
-    let (regs, precise) = capture_here();
-    walk_from(regs, precise, filling(out), out)
+    let (regs, pc_kind) = capture_here();
+    walk_from(regs, pc_kind, filling(out), out)
 }
 
 /// Captures the calling function's registers with the pc at the call
 /// instruction itself: `(regs, true)`. Where the call cannot be decoded the
 /// pc stays the return address: `(regs, false)`. Pass the flag as
-/// `precise` to [`walk_from`] or [`walker`].
+/// its [`PcKind`] to [`walk_from`] or [`walker`].
 #[inline(always)]
-pub fn capture_here() -> (Regs, bool) {
+pub fn capture_here() -> (Regs, PcKind) {
     let mut regs = capture();
     // SAFETY: `regs` comes straight from `capture`.
     let precise = unsafe { crate::arch::native::call_site(&mut regs, read_got_slot) };
-    (regs, precise)
+    (regs, PcKind::exact_if(precise))
 }
 
 /// Reads the GOT slot a call before `ra` names: directly where it lies in
@@ -207,7 +207,7 @@ pub unsafe fn regs_from_ucontext(uc: *const c_void) -> Regs {
 pub unsafe fn walk_ucontext(uc: *const c_void, out: &mut [Frame]) -> usize {
     // SAFETY: forwarded from the caller.
     let regs = unsafe { regs_from_ucontext(uc) };
-    walk_from(regs, true, filling(out), out)
+    walk_from(regs, PcKind::Exact, filling(out), out)
 }
 
 #[cfg(test)]

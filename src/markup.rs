@@ -34,7 +34,7 @@
 //!
 //! ```
 //! use stackmark::markup::{Markup, MarkupModule, MarkupSegment, Perms, Scope, SliceSink};
-//! use stackmark::{Frame, Method};
+//! use stackmark::{Frame, Method, PcKind};
 //!
 //! struct Lib;
 //! impl MarkupModule for Lib {
@@ -48,8 +48,8 @@
 //! }
 //!
 //! let frames = [
-//!     Frame { pc: 0x7f00_0000_1234, sp: 0, precise: true, method: Method::Context },
-//!     Frame { pc: 0x7f00_0000_1400, sp: 0, precise: false, method: Method::FramePointer },
+//!     Frame { pc: 0x7f00_0000_1234, sp: 0, pc_kind: PcKind::Exact, method: Method::Context },
+//!     Frame { pc: 0x7f00_0000_1400, sp: 0, pc_kind: PcKind::ReturnAddress, method: Method::FramePointer },
 //! ];
 //! let mut buf = [0u8; 512];
 //! let mut sink = SliceSink::new(&mut buf);
@@ -494,11 +494,11 @@ impl<'s, S: Sink> Markup<'s, S> {
     }
 
     /// Frame `n` on a line of its own: `{{{bt:N:ADDR:pc}}} METHOD` for a
-    /// precise pc, `{{{bt:N:ADDR:ra}}} METHOD` for a return address. A
+    /// exact pc, `{{{bt:N:ADDR:ra}}} METHOD` for a return address. A
     /// frame in a module without a build ID becomes
     /// `#N ADDR NAME+OFFSET METHOD`, and one in no module `#N ADDR ?? METHOD`,
     /// both plain text the symbolizer passes through. OFFSET is ADDR's: when
-    /// the frame is not [`Frame::precise`], ADDR is a return address, and
+    /// the frame's [`Frame::pc_kind`] is not exact, ADDR is a return address, and
     /// OFFSET − 1 lies in the call.
     ///
     /// `modules` must be the slice the context was written for, so that a
@@ -507,7 +507,11 @@ impl<'s, S: Sink> Markup<'s, S> {
         match locate(modules, f.lookup_pc()) {
             Some((m, _)) if !m.build_id().is_empty() => {
                 self.text("{{{bt:").dec(n as u64).text(":").hex(f.pc);
-                self.text(if f.precise { ":pc}}}" } else { ":ra}}}" });
+                self.text(if f.pc_kind.is_exact() {
+                    ":pc}}}"
+                } else {
+                    ":ra}}}"
+                });
             }
             Some((m, seg)) => {
                 self.text("#").dec(n as u64).text(" ").hex(f.pc).text(" ");

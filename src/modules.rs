@@ -1762,7 +1762,7 @@ mod tests {
                     ..Default::default()
                 };
                 let mut w: Walker<X86_64, _, _> =
-                    Walker::new(regs, true, SliceMemory::new(&regions), &*t, opts);
+                    Walker::new(regs, crate::walk::PcKind::Exact, SliceMemory::new(&regions), &*t, opts);
                 let mut buf = [Frame::default(); 8];
                 let n = w.fill(&mut buf);
                 (buf[..n].to_vec(), w.stop_reason())
@@ -1801,7 +1801,7 @@ mod tests {
                     let memo = Remembering::new(&*t);
                     for pass in 0..3 {
                         let mut w: Walker<X86_64, _, _> =
-                            Walker::new(regs, true, SliceMemory::new(&regions), &memo, opts);
+                            Walker::new(regs, crate::walk::PcKind::Exact, SliceMemory::new(&regions), &memo, opts);
                         let mut buf = [Frame::default(); 8];
                         let n = w.fill(&mut buf);
                         let pcs: Vec<u64> = buf[..n].iter().map(|f| f.pc).collect();

@@ -18,7 +18,7 @@ use core::cell::UnsafeCell;
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 
-use crate::walk::Frame;
+use crate::walk::{Frame, PcKind};
 
 /// Most frames kept per sample.
 pub const SAMPLE_DEPTH: usize = 64;
@@ -27,7 +27,7 @@ pub const RING_SLOTS: usize = 4096;
 
 /// One sample: the pcs of the interrupted thread, innermost first. Frame 0
 /// is the exact interrupted pc; the others are return addresses, except
-/// where the walk crossed a signal frame ([`Sample::precise`]).
+/// where the walk crossed a signal frame ([`Sample::pc_kind`]).
 #[derive(Clone, Copy, Debug)]
 pub struct Sample {
     /// The sampled thread's id.
@@ -35,7 +35,7 @@ pub struct Sample {
     len: u16,
     /// Bytes of `name` in use.
     name_len: u8,
-    /// Bit `i` set: frame `i` is an exact pc ([`Frame::precise`]).
+    /// Bit `i` set: frame `i` is an exact pc ([`Frame::pc_kind`]).
     precise: u64,
     /// `CLOCK_MONOTONIC` when the handler started, in nanoseconds.
     time_ns: u64,
@@ -53,18 +53,18 @@ const _: () = assert!(SAMPLE_DEPTH <= 64);
 impl Sample {
     /// The pcs, innermost first: the interrupted instruction, then mostly
     /// return addresses. Look a frame up at its pc where
-    /// [`Sample::precise`] says so (markup `:pc`), else at `pc - 1`
+    /// [`Sample::pc_kind`] says so (markup `:pc`), else at `pc - 1`
     /// (`:ra`).
     pub fn frames(&self) -> &[u64] {
         &self.pcs[..self.len as usize]
     }
 
-    /// Whether frame `i` is an exact instruction rather than a return
-    /// address: frame 0, and, when the sampled thread was inside a signal
-    /// handler, the signal trampoline the walk crossed and the frame that
-    /// signal interrupted.
-    pub fn precise(&self, i: usize) -> bool {
-        i < self.len as usize && self.precise >> i & 1 != 0
+    /// What frame `i`'s pc is: an exact instruction for frame 0, and, when the
+    /// sampled thread was inside a signal handler, for the signal
+    /// trampoline the walk crossed and the frame that signal interrupted;
+    /// a return address otherwise.
+    pub fn pc_kind(&self, i: usize) -> PcKind {
+        PcKind::exact_if(i < self.len as usize && self.precise >> i & 1 != 0)
     }
 
     /// When the sample was taken: `CLOCK_MONOTONIC` in nanoseconds, read
@@ -200,7 +200,7 @@ pub unsafe fn record(uc: *const c_void) {
     let mut frames = [Frame::default(); SAMPLE_DEPTH];
     // SAFETY: forwarded from the caller.
     let regs = unsafe { crate::arch::regs_from_ucontext(uc) };
-    let n = crate::live::walk_from(regs, true, PROFILE_OPTIONS, &mut frames);
+    let n = crate::live::walk_from(regs, PcKind::Exact, PROFILE_OPTIONS, &mut frames);
     match claim() {
         Some((slot, lap)) => {
             // SAFETY: the claim makes this writer the slot's only user
@@ -212,7 +212,7 @@ pub unsafe fn record(uc: *const c_void) {
             s.precise = 0;
             for (i, (d, f)) in s.pcs.iter_mut().zip(&frames[..n]).enumerate() {
                 *d = f.pc;
-                s.precise |= u64::from(f.precise) << i;
+                s.precise |= u64::from(f.pc_kind.is_exact()) << i;
             }
             slot.lap.store(2 * lap + 1, Release);
             RING.taken.fetch_add(1, Relaxed);

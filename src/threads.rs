@@ -358,7 +358,7 @@ extern "C" fn on_signal(_sig: c_int, info: *mut libc::siginfo_t, uc: *mut c_void
         let out = unsafe { frames_mut(&r.frames[index * n..(index + 1) * n]) };
         // SAFETY: `uc` is the kernel's ucontext.
         let regs = unsafe { crate::arch::regs_from_ucontext(uc) };
-        let (len, more) = crate::live::walk_for_report(regs, true, out);
+        let (len, more) = crate::live::walk_for_report(regs, crate::walk::PcKind::Exact, out);
         slot.len.store(len, Relaxed);
         slot.more.store(more, Relaxed);
     });
@@ -875,12 +875,22 @@ extern "C" fn on_dump_signal(_sig: c_int, _info: *mut libc::siginfo_t, uc: *mut 
     crate::sys::keeping_errno(|| {
         // SAFETY: `uc` is the kernel's ucontext.
         let regs = unsafe { crate::arch::regs_from_ucontext(uc) };
-        let _ = dump(DUMP_FD.load(SeqCst), regs, true, "on a signal");
+        let _ = dump(
+            DUMP_FD.load(SeqCst),
+            regs,
+            crate::walk::PcKind::Exact,
+            "on a signal",
+        );
     });
 }
 
 /// A whole dump, the calling thread's section walked from `regs`.
-fn dump(fd: c_int, regs: crate::live::Regs, precise: bool, why: &str) -> Result<Summary, Error> {
+fn dump(
+    fd: c_int,
+    regs: crate::live::Regs,
+    pc_kind: crate::walk::PcKind,
+    why: &str,
+) -> Result<Summary, Error> {
     let Some(_turn) = crate::report::ReportTurn::take_for_dump() else {
         return Err(Error::Busy);
     };
@@ -890,7 +900,7 @@ fn dump(fd: c_int, regs: crate::live::Regs, precise: bool, why: &str) -> Result<
     let me = crate::sys::gettid();
     // SAFETY: the report turn makes this thread the only user of `own`.
     let own = unsafe { frames_mut(&r.own) };
-    let (n, more) = crate::live::walk_for_report(regs, precise, own);
+    let (n, more) = crate::live::walk_for_report(regs, pc_kind, own);
     let g = gather(me, false);
     let _quiet = crate::sys::QuietSigpipe::new();
     let mut sink = FdSink::new(fd);

@@ -65,7 +65,7 @@ static STORE: Store = Store {
         [[Frame {
             pc: 0,
             sp: 0,
-            precise: false,
+            pc_kind: crate::walk::PcKind::ReturnAddress,
             method: crate::walk::Method::Context,
         }; FRAMES]; SLOTS],
     ),
@@ -179,7 +179,8 @@ fn walk_suspended(t: libc::thread_act_t, l: &mut Listed, out: &mut [Frame]) {
             return;
         }
         if thread_get_state(t, FLAVOR.0, state.as_mut_ptr().cast(), &mut count) == 0 {
-            let (len, more) = crate::live::walk_for_report(regs_of(&state), true, out);
+            let (len, more) =
+                crate::live::walk_for_report(regs_of(&state), crate::walk::PcKind::Exact, out);
             (l.len, l.more, l.walked) = (len, more, true);
         }
         thread_resume(t);

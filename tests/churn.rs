@@ -95,7 +95,12 @@ fn walks_survive_libraries_loading_and_unloading() {
                 let mut regs = stackmark::capture();
                 set_pc(&mut regs, f as usize as u64 + 4);
                 let mut frames = [Frame::default(); 64];
-                stackmark::walk_from(regs, true, WalkOptions::default(), &mut frames);
+                stackmark::walk_from(
+                    regs,
+                    stackmark::PcKind::Exact,
+                    WalkOptions::default(),
+                    &mut frames,
+                );
                 STALE_WALKS.fetch_add(1, SeqCst);
                 stackmark::refresh().unwrap();
                 cycles += 1;

@@ -146,7 +146,12 @@ fn corrupt_and_walk(env: &Env, rng: &mut Rng, kind: Kind, lo: u64, hi: u64) {
         ),
     };
     set(&mut regs, pc, sp, fp);
-    let n = stackmark::walk_from(regs, rng.below(2) == 0, WalkOptions::default(), &mut frames);
+    let n = stackmark::walk_from(
+        regs,
+        stackmark::PcKind::exact_if(rng.below(2) == 0),
+        WalkOptions::default(),
+        &mut frames,
+    );
     check(&frames[..n]);
 
     // SAFETY: puts back exactly the bytes saved above.
@@ -331,7 +336,12 @@ fn a_wild_sp_at_the_top_of_the_address_space_ends_the_walk_quietly() {
         let pc = regs_pc(&regs);
         set(&mut regs, pc, sp, 0);
         let mut out = [Frame::default(); 16];
-        let n = stackmark::walk_from(regs, true, WalkOptions::default(), &mut out);
+        let n = stackmark::walk_from(
+            regs,
+            stackmark::PcKind::Exact,
+            WalkOptions::default(),
+            &mut out,
+        );
         assert!(n >= 1, "{sp:#x}");
     }
 }
@@ -369,7 +379,12 @@ fn a_guard_page_inside_a_stack_given_to_a_thread_is_not_registered() {
         let pc = regs_pc(&regs);
         set(&mut regs, pc, guard + 0x800, 0);
         let mut out = [Frame::default(); 16];
-        let n = stackmark::walk_from(regs, true, WalkOptions::default(), &mut out);
+        let n = stackmark::walk_from(
+            regs,
+            stackmark::PcKind::Exact,
+            WalkOptions::default(),
+            &mut out,
+        );
         FRAMES.store(n as u64, SeqCst);
         std::ptr::null_mut()
     }
@@ -430,7 +445,12 @@ fn a_walk_whose_reads_fail_leaves_errno_as_it_was() {
         unsafe { *libc::__errno_location() = 1234 };
         let before = stackmark::sys::checked_reads();
         let mut out = [Frame::default(); 16];
-        stackmark::walk_from(regs, true, WalkOptions::default(), &mut out);
+        stackmark::walk_from(
+            regs,
+            stackmark::PcKind::Exact,
+            WalkOptions::default(),
+            &mut out,
+        );
         // SAFETY: as above.
         let errno = unsafe { *libc::__errno_location() };
         assert!(
@@ -638,7 +658,12 @@ fn a_probed_page_another_thread_unmaps_does_not_kill_a_walk() {
                 if std::time::Instant::now() > end {
                     break;
                 }
-                stackmark::walk_from(regs, false, WalkOptions::default(), &mut out);
+                stackmark::walk_from(
+                    regs,
+                    stackmark::PcKind::ReturnAddress,
+                    WalkOptions::default(),
+                    &mut out,
+                );
             }
             stop.store(true, Ordering::Relaxed);
         });

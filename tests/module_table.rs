@@ -158,7 +158,7 @@ fn a_build_id_longer_than_the_table_keeps_is_not_written_cut_short() {
     let frames = [Frame {
         pc,
         sp: 0,
-        precise: true,
+        pc_kind: stackmark::PcKind::Exact,
         method: Method::Context,
     }];
     let table = stackmark::modules::current().unwrap();
@@ -505,7 +505,12 @@ fn a_pinned_library_truncated_on_disk_does_not_kill_a_walk() {
             regs.lr = ra;
         }
         let mut out = [Frame::default(); 8];
-        let n = stackmark::walk_from(regs, true, stackmark::WalkOptions::default(), &mut out);
+        let n = stackmark::walk_from(
+            regs,
+            stackmark::PcKind::Exact,
+            stackmark::WalkOptions::default(),
+            &mut out,
+        );
         std::hint::black_box(&stack);
         // The bytes before the return address cannot be read now: the walk
         // goes on without it (scanning on up the real stack) instead of

@@ -22,7 +22,12 @@ extern "C" fn walk_armed(x: u64) -> u64 {
     let mut buf = [Frame::default(); 128];
     let ((n, m), count) = allocations(|| {
         let n = stackmark::walk_here(&mut buf);
-        let mut w = stackmark::walker(stackmark::capture(), false, Default::default()).unwrap();
+        let mut w = stackmark::walker(
+            stackmark::capture(),
+            stackmark::PcKind::ReturnAddress,
+            Default::default(),
+        )
+        .unwrap();
         (n, w.by_ref().count())
     });
     COUNT.fetch_add(count, Ordering::SeqCst);

@@ -122,7 +122,7 @@ fn a_cold_walk_through_pinned_code_makes_no_checked_reads() {
             let (regs, precise) = stackmark::capture_here();
             n = stackmark::walk_from(regs, precise, opts, &mut frames);
             reads = stackmark::sys::checked_reads() - before;
-            exact = precise;
+            exact = precise.is_exact();
         });
         let methods: Vec<_> = frames[..n].iter().map(|f| f.method).collect();
         assert!(exact, "the capture's call was decoded");

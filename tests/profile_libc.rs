@@ -173,7 +173,7 @@ fn named(s: &Sample) -> Vec<String> {
         .iter()
         .enumerate()
         .map(|(i, &pc)| {
-            let look = if s.precise(i) { pc } else { pc - 1 };
+            let look = if s.pc_kind(i).is_exact() { pc } else { pc - 1 };
             let sym = common::symbol_at(look).unwrap_or_default();
             format!("{} {sym}", common::module_offset(pc))
         })

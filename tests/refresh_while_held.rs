@@ -38,14 +38,24 @@ fn hold_and_refresh() -> Seen {
     let start = stackmark::init().unwrap();
     let held = stackmark::modules::current().unwrap();
     let regs = stackmark::capture();
-    let walker = stackmark::walker(regs, false, WalkOptions::default()).unwrap();
+    let walker = stackmark::walker(
+        regs,
+        stackmark::PcKind::ReturnAddress,
+        WalkOptions::default(),
+    )
+    .unwrap();
     let first = stackmark::refresh();
     let published_generation = stackmark::modules::current().unwrap().generation();
     // The walker walks on the table it pinned before the refresh: it must
     // find the same frames as a walk on the new table.
     let held_walk = pcs(&walker.collect::<Vec<_>>());
     let mut frames = [Frame::default(); 64];
-    let n = stackmark::walk_from(regs, false, WalkOptions::default(), &mut frames);
+    let n = stackmark::walk_from(
+        regs,
+        stackmark::PcKind::ReturnAddress,
+        WalkOptions::default(),
+        &mut frames,
+    );
     let fresh_walk = pcs(&frames[..n]);
     // A second refresh would reuse the table `held` pins.
     let second = stackmark::refresh();

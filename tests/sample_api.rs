@@ -73,7 +73,7 @@ extern "C" fn on_usr2(_: i32, _: *mut libc::siginfo_t, uc: *mut libc::c_void) {
         let n = stackmark::walk_ucontext(uc, &mut frames);
         if let Ok(mut f) = FLAGS.try_lock() {
             f.clear();
-            f.extend(frames[..n].iter().map(|f| f.precise));
+            f.extend(frames[..n].iter().map(|f| f.pc_kind.is_exact()));
         }
         sample::record(uc);
     }
@@ -117,7 +117,9 @@ fn a_sample_taken_inside_a_handler_marks_the_frame_the_signal_interrupted_as_exa
     let mut samples = Vec::new();
     sample::drain(|s| {
         if s.tid == me {
-            let flags: Vec<bool> = (0..s.frames().len()).map(|i| s.precise(i)).collect();
+            let flags: Vec<bool> = (0..s.frames().len())
+                .map(|i| s.pc_kind(i).is_exact())
+                .collect();
             samples.push(flags);
         }
     });

@@ -60,7 +60,7 @@ fn side_by_side(w: &Walks, at: Option<usize>) -> String {
     let rows = w.ours.len().max(w.libgcc.len().saturating_sub(skip));
     for i in 0..rows {
         let ours = w.ours.get(i).map_or(String::new(), |f| {
-            format!("{} ({:?})", name(f.pc, f.precise), f.method)
+            format!("{} ({:?})", name(f.pc, f.pc_kind.is_exact()), f.method)
         });
         let theirs = w
             .libgcc

@@ -28,7 +28,7 @@ extern "C" fn sm_test_cb_walk(x: u64) -> u64 {
         [Frame {
             pc: 0,
             sp: 0,
-            precise: false,
+            pc_kind: stackmark::PcKind::ReturnAddress,
             method: Method::Context,
         }; 64],
     );
@@ -74,7 +74,7 @@ fn walks_through_sframe_only_c_frames_back_into_rust() {
     );
     assert_eq!(frames[0].method, Method::Context);
     assert!(
-        frames[0].precise,
+        frames[0].pc_kind.is_exact(),
         "frame 0 is the capture's call instruction"
     );
     // Stepping out of each C frame used its SFrame row.
@@ -169,14 +169,14 @@ static SIG: SyncCell = SyncCell(std::cell::UnsafeCell::new(SigBufs {
     own: [Frame {
         pc: 0,
         sp: 0,
-        precise: false,
+        pc_kind: stackmark::PcKind::ReturnAddress,
         method: Method::Context,
     }; 64],
     own_n: 0,
     uc: [Frame {
         pc: 0,
         sp: 0,
-        precise: false,
+        pc_kind: stackmark::PcKind::ReturnAddress,
         method: Method::Context,
     }; 64],
     uc_n: 0,
@@ -365,7 +365,7 @@ fn check_signal_walks() -> Vec<Frame> {
     let uc = &b.uc[..b.uc_n];
     let got = names(uc);
     assert_chain(&got, 0, &["sm_test_raise_usr1", "sm_test_signal_outer"]);
-    assert!(uc[0].precise, "the interrupted pc is exact");
+    assert!(uc[0].pc_kind.is_exact(), "the interrupted pc is exact");
 
     let own = &b.own[..b.own_n];
     let got = names(own);
@@ -374,7 +374,7 @@ fn check_signal_walks() -> Vec<Frame> {
         .iter()
         .position(|f| f.method == Method::SignalFrame)
         .unwrap_or_else(|| panic!("no signal frame: {own:#?} {got:?}"));
-    assert!(own[i].precise);
+    assert!(own[i].pc_kind.is_exact());
     assert_chain(&got, i, &["sm_test_raise_usr1", "sm_test_signal_outer"]);
     assert_eq!(
         own[i].pc, uc[0].pc,
@@ -418,7 +418,7 @@ fn a_thousand_walks_over_corrupted_stacks_end_without_fault() {
             );
             let n = stackmark::walk_from(
                 regs,
-                i % 2 == 0,
+                stackmark::PcKind::exact_if(i % 2 == 0),
                 stackmark::WalkOptions::default(),
                 &mut frames,
             );
@@ -611,7 +611,7 @@ fn walks_out_of_a_leaf_interrupted_by_a_signal_with_the_return_address_in_a_regi
         0,
         &["c_hot_leaf", "c_hot_caller", "sm_test_leaf_outer"],
     );
-    assert!(frames[0].precise);
+    assert!(frames[0].pc_kind.is_exact());
     assert_eq!(frames[1].method, Method::SFrame, "{frames:#?}");
 }
 

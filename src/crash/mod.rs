@@ -46,7 +46,7 @@ static SHARED: Shared = Shared {
         [Frame {
             pc: 0,
             sp: 0,
-            precise: false,
+            pc_kind: crate::walk::PcKind::ReturnAddress,
             method: crate::walk::Method::Context,
         }; MAX_CRASH_FRAMES],
     ),

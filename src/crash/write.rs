@@ -83,7 +83,8 @@ pub(super) unsafe fn report(
             // return address: frame 0 is looked up one byte back, in the
             // function the breakpoint is in, and written as `:ra`.
             let past = cfg!(target_arch = "x86_64") && sig == libc::SIGTRAP && int3_code(code);
-            let (n, more) = crate::live::walk_for_report(regs, !past, frames);
+            let (n, more) =
+                crate::live::walk_for_report(regs, crate::walk::PcKind::exact_if(!past), frames);
             let frames = &frames[..n];
             let modules = table.modules();
             // Every thread's frames are gathered before the one context

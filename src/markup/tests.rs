@@ -52,7 +52,7 @@ fn frame(pc: u64, precise: bool, method: Method) -> Frame {
     Frame {
         pc,
         sp: 0,
-        precise,
+        pc_kind: crate::walk::PcKind::exact_if(precise),
         method,
     }
 }

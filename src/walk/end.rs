@@ -20,7 +20,9 @@
 use core::cell::{Cell, RefCell};
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use super::{as_stored, CodeMap, Frame, Lookup, Method, StopReason, Walker, SCAN_MEMO_WORDS};
+use super::{
+    as_stored, CodeMap, Frame, Lookup, Method, PcKind, StopReason, Walker, SCAN_MEMO_WORDS,
+};
 use crate::arch::Arch;
 use crate::memory::MemoryReader;
 
@@ -43,7 +45,7 @@ const HEADER: usize = 5;
 const SEEN: u64 = 1 << 32;
 const WINDOW_LO: usize = 6;
 const LAST_FP: usize = 7;
-/// A byte per frame: method code, and bit 7 for a precise pc.
+/// A byte per frame: method code, and bit 7 for an exact pc.
 const METHODS: usize = 8;
 /// Words at the start of every entry.
 pub(crate) const END_HEAD: usize = 9;
@@ -183,7 +185,7 @@ fn replay<M: MemoryReader>(
         *f = Frame {
             pc: w(FRAMES_AT + 2 * i),
             sp: w(FRAMES_AT + 2 * i + 1),
-            precise: m & 0x80 != 0,
+            pc_kind: PcKind::exact_if(m & 0x80 != 0),
             method,
         };
     }
@@ -348,7 +350,9 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             | u64::from(o.use_frame_pointers) << 1
             | u64::from(u16::try_from(o.max_scans_in_a_row).ok()?) << 8
             | u64::from(u32::try_from(o.scan_words).ok()?) << 32;
-        let state = method_code(cur.method) | u64::from(cur.precise) << 3 | u64::from(scans) << 8;
+        let state = method_code(cur.method)
+            | u64::from(cur.pc_kind.is_exact()) << 3
+            | u64::from(scans) << 8;
         let words = [cur.pc, cur.sp, A::fp(&self.regs), state, opts];
         // Rotations and exclusive ors only: the cache's slot function
         // multiplies the key anyway, and the replay compares every word, so
@@ -536,7 +540,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
         for (i, f) in frames.iter().enumerate() {
             e[FRAMES_AT + 2 * i] = f.pc;
             e[FRAMES_AT + 2 * i + 1] = f.sp;
-            e[METHODS] |= (method_code(f.method) | u64::from(f.precise) << 7) << (8 * i);
+            e[METHODS] |= (method_code(f.method) | u64::from(f.pc_kind.is_exact()) << 7) << (8 * i);
         }
         debug_assert_eq!((last.pc, last.sp), (A::pc(&self.regs), A::sp(&self.regs)));
         Some(e)

@@ -11,7 +11,7 @@
 use crate::arch::Arch;
 use crate::formats::sframe::{CfaRule, RegRule};
 use crate::memory::MemoryReader;
-use crate::walk::{as_stored, sp_exact, CodeMap, Frame, Lookup, Method};
+use crate::walk::{as_stored, sp_exact, CodeMap, Frame, Lookup, Method, PcKind};
 
 /// An SFrame row reduced to what the hot path applies: `cfa = (fp | sp) +
 /// cfa_off`, the return address at `cfa + ra_off`, the frame pointer at
@@ -278,14 +278,14 @@ pub(crate) fn classify_at<C: CodeMap + ?Sized>(code: &C, key: u64, lookup: &Look
     Hot::classify(lookup, trampoline)
 }
 
-/// A frame reached through a return address (`precise` false), as the hot
+/// A frame reached through a return address, as the hot
 /// path writes every frame.
 #[inline(always)]
 fn returned(pc: u64, sp: u64, method: Method) -> Frame {
     Frame {
         pc,
         sp,
-        precise: false,
+        pc_kind: PcKind::ReturnAddress,
         method,
     }
 }
@@ -311,7 +311,7 @@ impl State {
         let frame = Frame {
             pc: as_stored(&f.pc),
             sp: as_stored(&f.sp),
-            precise: as_stored(&f.precise),
+            pc_kind: as_stored(&f.pc_kind),
             method: as_stored(&f.method),
         };
         (frame, as_stored(&self.fp), as_stored(&self.here))
@@ -383,11 +383,11 @@ fn run_cached<A: Arch, M: MemoryReader, C: CodeMap, const TABLES: bool, const FP
         mut fp,
         mut here,
     } = *state;
-    // The loop writes every frame as a return address (`precise` false)
+    // The loop writes every frame as a return address
     // and mends the first one after. Its pc is carried as the return
     // address whose lookup pc it shares (an exact pc plus one), which is
     // what a caller's return address is compared with.
-    let mut pc = first.pc.wrapping_add(first.precise as u64);
+    let mut pc = first.pc.wrapping_add(first.pc_kind.is_exact() as u64);
     let (mut sp, mut method) = (first.sp, first.method);
     // Slots as a cursor and an end, not a base, an index and a length:
     // one register fewer in a loop that needs all of them.

@@ -52,28 +52,58 @@ impl Method {
     }
 }
 
+/// What a frame's pc is, which says where it is looked up and how markup
+/// marks it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum PcKind {
+    /// A return address, the instruction after a call: looked up at
+    /// `pc - 1`, which lies inside the call even after a call that never
+    /// returns (markup `:ra`).
+    #[default]
+    ReturnAddress,
+    /// The instruction itself: frame 0, a frame a signal interrupted, and
+    /// a signal trampoline the walk crossed, whose address the kernel (not
+    /// a call) left (markup `:pc`).
+    Exact,
+}
+
+impl PcKind {
+    /// [`PcKind::Exact`] if `exact`, else [`PcKind::ReturnAddress`].
+    #[inline(always)]
+    pub const fn exact_if(exact: bool) -> PcKind {
+        if exact {
+            PcKind::Exact
+        } else {
+            PcKind::ReturnAddress
+        }
+    }
+
+    /// Whether the pc is the instruction itself.
+    #[inline(always)]
+    pub const fn is_exact(self) -> bool {
+        matches!(self, PcKind::Exact)
+    }
+}
+
 /// One frame of a walk.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Frame {
-    /// The frame's pc: the exact instruction when `precise`, else a return
-    /// address (the instruction after the call).
+    /// The frame's pc: an instruction or a return address, as `pc_kind`
+    /// says.
     pub pc: u64,
     /// The stack pointer in this frame.
     pub sp: u64,
-    /// `true` for frame 0, for a frame interrupted by a signal, and for a
-    /// signal trampoline the walk crossed (the kernel, not a call, left its
-    /// address): `pc` is the instruction itself (markup `:pc`). `false` for
-    /// a return address (`:ra`).
-    pub precise: bool,
+    /// What `pc` is.
+    pub pc_kind: PcKind,
     /// How this frame was found.
     pub method: Method,
 }
 
 impl Frame {
-    /// The address to look up for this frame: `pc` if precise, else `pc - 1`,
+    /// The address to look up for this frame: `pc` if exact, else `pc - 1`,
     /// which lies inside the call instruction even after a noreturn call.
     pub fn lookup_pc(&self) -> u64 {
-        if self.precise {
+        if self.pc_kind.is_exact() {
             self.pc
         } else {
             self.pc.wrapping_sub(1)
@@ -526,14 +556,15 @@ pub struct Walker<A: Arch, M, C> {
 }
 
 impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
-    /// A walk starting at `regs`. `precise` says whether the pc is the exact
-    /// instruction (a signal context) or a return address (a capture).
+    /// A walk starting at `regs`. `pc_kind` says whether the pc is the
+    /// instruction itself (a signal context) or a return address (a
+    /// capture).
     #[inline(always)]
-    pub fn new(regs: A::Regs, precise: bool, mem: M, code: C, opts: WalkOptions) -> Self {
+    pub fn new(regs: A::Regs, pc_kind: PcKind, mem: M, code: C, opts: WalkOptions) -> Self {
         let first = Frame {
             pc: A::pc(&regs),
             sp: A::sp(&regs),
-            precise,
+            pc_kind,
             method: Method::Context,
         };
         Walker {
@@ -771,7 +802,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
         // signal landed after its first instruction), with the stack as at
         // its start.
         let known_trampoline = || {
-            if cur.precise {
+            if cur.pc_kind.is_exact() {
                 self.code
                     .known_trampoline_within(cur.pc, A::SIGRETURN_CALL_AT)
             } else {
@@ -788,7 +819,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             // that never returns leaves the same return address). The
             // cheap test, that the function ends at the pc, comes first.
             Lookup::SFrame(row) | Lookup::Cfi(row) => {
-                !cur.precise
+                !cur.pc_kind.is_exact()
                     && cur.pc.wrapping_sub(row.func_start) >= u64::from(row.func_size)
                     && self.code.is_known_trampoline(cur.pc)
                     && !self.after_call(cur.pc)
@@ -798,7 +829,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             Lookup::Outside => {
                 known_trampoline()
                     || self.code.is_sigreturn::<A>(cur.pc)
-                    || cur.precise
+                    || cur.pc_kind.is_exact()
                         && self
                             .code
                             .is_sigreturn::<A>(cur.pc.wrapping_sub(A::SIGRETURN_CALL_AT))
@@ -825,7 +856,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
         // pointer, which ran no instruction of the callee. The frame pointer
         // still holds the calling function's frame, so a frame-pointer step
         // would skip that function, the one that made the bad call.
-        if matches!(lookup, Lookup::Outside) && cur.precise && ra_in_register_ok {
+        if matches!(lookup, Lookup::Outside) && cur.pc_kind.is_exact() && ra_in_register_ok {
             if let Ok(next) = A::at_entry(&regs, &self.mem) {
                 if self.after_call(A::pc(&next)) && self.accept_with(cur, &next, true) {
                     return Ok((next, Method::Entry, false));
@@ -1081,7 +1112,9 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
                 // the kernel put where a return address goes: no call did,
                 // so it is the instruction itself (the byte before it is
                 // another function's, or padding).
-                cur.precise |= method == Method::SignalFrame;
+                if method == Method::SignalFrame {
+                    cur.pc_kind = PcKind::Exact;
+                }
                 self.regs = regs;
                 self.scans_in_a_row = if method == Method::Scan {
                     self.scans_in_a_row + 1
@@ -1091,7 +1124,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
                 self.pending = Some(Frame {
                     pc: A::pc(&regs),
                     sp: A::sp(&regs),
-                    precise,
+                    pc_kind: PcKind::exact_if(precise),
                     method,
                 });
             }

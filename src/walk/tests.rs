@@ -119,7 +119,7 @@ fn walk_with<A: Arch>(
     let regions = [(STACK, st)];
     let mut w: Walker<A, _, _> = Walker::new(
         regs,
-        precise,
+        PcKind::exact_if(precise),
         SliceMemory::new(&regions),
         code.clone(),
         opts,
@@ -129,8 +129,13 @@ fn walk_with<A: Arch>(
         fast_path: false,
         ..opts
     };
-    let mut g: Walker<A, _, _> =
-        Walker::new(regs, precise, SliceMemory::new(&regions), code, general);
+    let mut g: Walker<A, _, _> = Walker::new(
+        regs,
+        PcKind::exact_if(precise),
+        SliceMemory::new(&regions),
+        code,
+        general,
+    );
     assert_eq!(g.by_ref().collect::<Vec<_>>(), frames);
     assert_eq!(g.stop_reason(), w.stop_reason());
     (frames, w.stop_reason())
@@ -173,7 +178,7 @@ fn x86_64_sframe_rows_recover_ra_at_cfa_minus_8_and_saved_fp() {
     assert_eq!(frames[1].sp, STACK + 16);
     assert_eq!(frames[2].sp, STACK + 24);
     assert_eq!(frames[1].method, Method::SFrame);
-    assert!(frames[0].precise && !frames[1].precise);
+    assert!(frames[0].pc_kind.is_exact() && !frames[1].pc_kind.is_exact());
     assert_eq!(stop, StopReason::Outermost);
 }
 
@@ -324,7 +329,7 @@ fn a_remembered_walk_end_is_replayed_only_while_the_stack_holds_its_words() {
             inner: SliceMemory::new(&regions),
             reads: Default::default(),
         };
-        let mut w: Walker<X86_64, _, _> = Walker::new(regs, true, &mem, &memo, opts);
+        let mut w: Walker<X86_64, _, _> = Walker::new(regs, PcKind::Exact, &mem, &memo, opts);
         let mut buf = [Frame::default(); 16];
         let n = w.fill(&mut buf);
         let fresh = walk_with::<X86_64>(regs, true, st, code.clone(), opts);
@@ -375,7 +380,8 @@ fn a_remembered_scan_is_taken_again_only_while_the_stack_holds_its_words() {
         let regions = [(STACK, st)];
         let mem = SliceMemory::new(&regions);
         let regs = x86(CODE + 0x10, STACK, 3);
-        let w: Walker<X86_64, _, _> = Walker::new(regs, true, mem, &memo, WalkOptions::default());
+        let w: Walker<X86_64, _, _> =
+            Walker::new(regs, PcKind::Exact, mem, &memo, WalkOptions::default());
         let frames: Vec<Frame> = w.collect();
         let fresh = walk::<X86_64>(regs, true, st, Fake::x86()).0;
         assert_eq!(frames, fresh, "remembering changes no walk");
@@ -437,11 +443,11 @@ fn x86_64_signal_frame_restores_the_interrupted_registers_from_the_ucontext() {
     assert_eq!(frames[1].pc, tramp);
     // No call left the trampoline's address: it is exact, or it would
     // symbolize as the byte before it.
-    assert!(frames[1].precise);
+    assert!(frames[1].pc_kind.is_exact());
     assert_eq!(frames[2].pc, CODE + 0x42);
     assert_eq!(frames[2].sp, STACK + 0x100);
     assert_eq!(frames[2].method, Method::SignalFrame);
-    assert!(frames[2].precise);
+    assert!(frames[2].pc_kind.is_exact());
 }
 
 #[test]
@@ -469,7 +475,11 @@ fn aarch64_a_handler_returning_to_the_trampoline_gives_it_as_an_exact_pc() {
         code.trampoline = Some(tramp);
         let regs = a64(CODE + 0x10, STACK, STACK + 0x300, tramp);
         let (frames, _) = walk::<Aarch64>(regs, true, &st, code);
-        let f = |i: usize| frames.get(i).map(|f| (f.pc, f.precise, f.method));
+        let f = |i: usize| {
+            frames
+                .get(i)
+                .map(|f| (f.pc, f.pc_kind.is_exact(), f.method))
+        };
         assert_eq!(f(1), Some((tramp, true, method)), "{frames:x?}");
         assert_eq!(
             f(2),
@@ -713,7 +723,7 @@ fn remembered_and_fresh<C: CodeMap>(
     let regions = [(STACK, st)];
     let opts = WalkOptions::default();
     let mut w: Walker<X86_64, _, _> =
-        Walker::new(regs, true, SliceMemory::new(&regions), map, opts);
+        Walker::new(regs, PcKind::Exact, SliceMemory::new(&regions), map, opts);
     let mut buf = [Frame::default(); 16];
     let n = w.fill(&mut buf);
     let fresh = walk_with::<X86_64>(regs, true, st, code.clone(), opts);
@@ -837,7 +847,7 @@ fn a_walk_end_that_asked_memory_whether_a_pc_is_a_trampoline_is_not_remembered()
     let regions = [(STACK, &st[..])];
     let mut w: Walker<X86_64, _, _> = Walker::new(
         regs,
-        true,
+        PcKind::Exact,
         SliceMemory::new(&regions),
         &map,
         WalkOptions {
@@ -1018,7 +1028,7 @@ fn aarch64_a_rewritten_ucontext_never_makes_the_kernels_frame_record_a_signal_fr
         if with_row {
             let f = signal.unwrap_or_else(|| panic!("{frames:x?}"));
             assert_eq!(
-                (f.pc, f.sp, f.precise),
+                (f.pc, f.sp, f.pc_kind.is_exact()),
                 (CODE + 0x40, STACK + record + 16, true),
                 "{frames:x?}"
             );
@@ -1224,8 +1234,13 @@ fn regs_are_those_of_the_next_frame_to_be_returned() {
             ..Default::default()
         };
         let start = x86(CODE + 0x10, STACK, 0);
-        let mut w: Walker<X86_64, _, _> =
-            Walker::new(start, true, SliceMemory::new(&regions), code.clone(), opts);
+        let mut w: Walker<X86_64, _, _> = Walker::new(
+            start,
+            PcKind::Exact,
+            SliceMemory::new(&regions),
+            code.clone(),
+            opts,
+        );
         assert_eq!(w.regs(), &start);
         let f0 = w.next().unwrap();
         assert_eq!(f0.pc, CODE + 0x10);
@@ -1304,7 +1319,7 @@ fn walks_alike_in_any_buffer<A: Arch>(
     let regions = [(STACK, st)];
     for chunk in 1..=12 {
         let mem = SliceMemory::new(&regions);
-        let mut w: Walker<A, _, _> = Walker::new(regs, true, mem, code.clone(), opts);
+        let mut w: Walker<A, _, _> = Walker::new(regs, PcKind::Exact, mem, code.clone(), opts);
         let mut all = Vec::new();
         let mut buf = vec![Frame::default(); chunk];
         loop {
@@ -1422,8 +1437,13 @@ fn without_tables_the_fast_path_stops_at_the_outermost_function_as_the_general_s
             fast_path,
             ..Default::default()
         };
-        let mut w: Walker<X86_64, _, _> =
-            Walker::new(regs, true, SliceMemory::new(&regions), code.clone(), opts);
+        let mut w: Walker<X86_64, _, _> = Walker::new(
+            regs,
+            PcKind::Exact,
+            SliceMemory::new(&regions),
+            code.clone(),
+            opts,
+        );
         let pcs: Vec<u64> = w.by_ref().map(|f| f.pc).collect();
         assert_eq!(pcs, [CODE + 0x10, CODE + 0x55], "fast path {fast_path}");
         assert_eq!(
@@ -1498,7 +1518,7 @@ fn a_scan_in_the_last_slot_of_the_address_space_does_not_wrap_the_sp() {
     let regions = [(TOP, &top[..]), (0, &low[..])];
     let w: Walker<X86_64, _, _> = Walker::new(
         x86(CODE + 0x10, 8, TOP),
-        true,
+        PcKind::Exact,
         SliceMemory::new(&regions),
         Fake::x86(),
         WalkOptions::default(),

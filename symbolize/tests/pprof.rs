@@ -48,11 +48,13 @@ fn workdir(name: &str) -> PathBuf {
 }
 
 fn symbolize(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_stackmark-symbolize"));
-    for a in args {
-        c.arg(a);
-    }
-    c.output().unwrap()
+    let args: Vec<String> = args
+        .iter()
+        .map(|a| a.as_ref().to_string_lossy().into_owned())
+        .collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    // An AArch64 build runs under qemu (the runner has no binfmt).
+    run_target(Path::new(env!("CARGO_BIN_EXE_stackmark-symbolize")), &args)
 }
 
 /// `go tool pprof ARGS`, which must succeed: its standard output.

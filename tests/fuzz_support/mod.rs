@@ -139,7 +139,7 @@ impl<'d> WalkInput<'d> {
             inner: SliceMemory::new(&changed_regions),
             reads: core::cell::Cell::new(0),
         };
-        let precise = self.h[6] & 1 != 0;
+        let precise = stackmark::PcKind::exact_if(self.h[6] & 1 != 0);
         if self.h[6] & 2 == 0 {
             let regs = X64 {
                 rip: self.aim(self.word(0)),
@@ -248,7 +248,7 @@ impl<C: stackmark::walk::CodeMap> stackmark::walk::CodeMap for Ends<C> {
 /// general step there.
 fn walk_all_ways<A: stackmark::arch::Arch, C: stackmark::walk::CodeMap + Copy>(
     regs: A::Regs,
-    precise: bool,
+    precise: stackmark::PcKind,
     mem: &Counting<'_>,
     changed: &Counting<'_>,
     map: C,

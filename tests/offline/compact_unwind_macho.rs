@@ -158,19 +158,19 @@ fn each_image_becomes_a_module_named_by_its_uuid_with_an_mmap_per_segment() {
             Frame {
                 pc: SLIDE + u64::from(e.func_start),
                 sp: 0,
-                precise: true,
+                pc_kind: stackmark::PcKind::Exact,
                 method: Method::Context,
             },
             Frame {
                 pc: SLIDE + u64::from(e.func_end),
                 sp: 0,
-                precise: false,
+                pc_kind: stackmark::PcKind::ReturnAddress,
                 method: Method::CompactUnwind,
             },
             Frame {
                 pc: SLIDE - 0x1000,
                 sp: 0,
-                precise: false,
+                pc_kind: stackmark::PcKind::ReturnAddress,
                 method: Method::Scan,
             },
         ];

@@ -78,7 +78,7 @@ fn walk<A: Arch>(
     let regions = [(SP, stack)];
     let mut w: Walker<A, _, _> = Walker::new(
         regs,
-        precise,
+        stackmark::PcKind::exact_if(precise),
         SliceMemory::new(&regions),
         image,
         WalkOptions::default(),

@@ -213,7 +213,7 @@ fn frame(pc: u64, precise: bool, method: Method) -> Frame {
     Frame {
         pc,
         sp: 0,
-        precise,
+        pc_kind: stackmark::PcKind::exact_if(precise),
         method,
     }
 }

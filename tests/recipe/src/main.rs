@@ -47,7 +47,7 @@ extern "C" fn recipe_callback(x: u64) -> u64 {
     );
     for f in &frames[..n] {
         let look = f.lookup_pc();
-        println!("ours {:#x} {} {} {}", f.pc, f.method.name(), f.precise, place(&table, look));
+        println!("ours {:#x} {} {} {}", f.pc, f.method.name(), f.pc_kind.is_exact(), place(&table, look));
     }
     for &pc in &libgcc {
         println!("libgcc {:#x} {}", pc, place(&table, pc.wrapping_sub(1)));
