@@ -1,7 +1,7 @@
-//! A direct-mapped cache of `W` words per key, in static memory: the
-//! sequence-locked store behind the per-pc caches ([`super`],
-//! whose documentation gives the protocol, and [`super::step`]) and
-//! the remembered scans ([`super::scan`]).
+//! A cache of `W` words per key, in static memory, direct-mapped or two-way
+//! set associative: the sequence-locked store behind the per-pc caches
+//! ([`super`], whose documentation gives the protocol, and
+//! [`super::step`]) and the remembered scans ([`super::scan`]).
 
 use core::sync::atomic::{fence, AtomicU64, Ordering::*};
 
@@ -91,7 +91,71 @@ impl<const N: usize, const W: usize> SeqCache<N, W> {
         if generation & LOW == 0 {
             return;
         }
-        let e = self.slot(key);
+        Self::write(self.slot(key), key, generation, words);
+    }
+
+    /// The two entries of `key`'s set when the cache is used two-way set
+    /// associative: a pair of neighbours, one cache line for entries of 32
+    /// bytes.
+    #[inline(always)]
+    fn set(&self, key: u64) -> [&Entry<W>; 2] {
+        const { assert!(N >= 4, "a two-way cache needs two sets or more") };
+        let h = key.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let i = (h >> (65 - N.trailing_zeros())) as usize * 2;
+        [&self.entries[i], &self.entries[i + 1]]
+    }
+
+    /// [`Self::get`] for a cache used two-way set associative: the key may
+    /// sit in either entry of its set ([`Self::put_2way`]). Use one way of
+    /// storing per cache.
+    #[inline(always)]
+    pub(crate) fn get_2way(&self, key: u64, generation: u64) -> Option<[u64; W]> {
+        if generation & LOW == 0 {
+            return None;
+        }
+        let [a, b] = self.set(key);
+        Self::read(a, key, generation).or_else(|| Self::read(b, key, generation))
+    }
+
+    /// [`Self::put`] for a cache used two-way set associative: into the
+    /// entry of the set that holds `key` already, else one that holds
+    /// nothing of this generation, else the second, so that two keys that
+    /// share a set both stay, and a third displaces only the second.
+    pub(crate) fn put_2way(&self, key: u64, generation: u64, words: [u64; W]) {
+        if generation & LOW == 0 {
+            return;
+        }
+        let [a, b] = self.set(key);
+        let holds = |e: &Entry<W>| {
+            let s = e.seq.load(Relaxed);
+            s >> 32 == generation & LOW && e.key.load(Relaxed) == key
+        };
+        let live = |e: &Entry<W>| e.seq.load(Relaxed) >> 32 == generation & LOW;
+        let e = if holds(a) {
+            a
+        } else if holds(b) || live(a) {
+            b
+        } else {
+            a
+        };
+        Self::write(e, key, generation, &words);
+    }
+
+    /// The words of entry `e` if it holds `key` in `generation`, whole.
+    #[inline(always)]
+    fn read(e: &Entry<W>, key: u64, generation: u64) -> Option<[u64; W]> {
+        let s1 = e.seq.load(Acquire);
+        if s1 & 1 != 0 || s1 >> 32 != generation & LOW || e.key.load(Relaxed) != key {
+            return None;
+        }
+        let r = core::array::from_fn(|i| e.words[i].load(Relaxed));
+        fence(Acquire);
+        (e.seq.load(Relaxed) == s1).then_some(r)
+    }
+
+    /// Writes `key` and `words` into `e` under the sequence lock, or gives
+    /// up if another writer holds it.
+    fn write(e: &Entry<W>, key: u64, generation: u64, words: &[u64]) {
         let s = e.seq.load(Relaxed);
         if s & 1 != 0 {
             return;
@@ -182,6 +246,36 @@ mod tests {
     }
 
     #[test]
+    fn two_keys_that_share_a_set_both_stay_and_a_third_displaces_the_second() {
+        static TWO: SeqCache<64, 1> = SeqCache::new();
+        let first = |k: u64| TWO.set(k)[0] as *const Entry<1>;
+        let set = first(0x5000);
+        let keys: Vec<u64> = (1u64..)
+            .map(|i| 0x5000 + i * 0x10)
+            .filter(|&k| first(k) == set)
+            .take(3)
+            .collect();
+        let [a, b, c] = keys[..] else { unreachable!() };
+        TWO.put_2way(a, 4, [1]);
+        TWO.put_2way(b, 4, [2]);
+        TWO.put_2way(a, 4, [3]);
+        assert_eq!(
+            (TWO.get_2way(a, 4), TWO.get_2way(b, 4)),
+            (Some([3]), Some([2]))
+        );
+        TWO.put_2way(c, 4, [5]);
+        assert_eq!(TWO.get_2way(a, 4), Some([3]), "the first way stays");
+        assert_eq!((TWO.get_2way(b, 4), TWO.get_2way(c, 4)), (None, Some([5])));
+        assert_eq!(TWO.get_2way(a, 5), None, "another generation misses");
+        // An entry of an older generation is free again.
+        TWO.put_2way(b, 5, [7]);
+        assert_eq!(TWO.get_2way(b, 5), Some([7]));
+        assert_eq!(TWO.get_2way(c, 5), None);
+        TWO.clear();
+        assert_eq!(TWO.get_2way(b, 5), None);
+    }
+
+    #[test]
     fn clear_empties_every_entry() {
         let key = 0xbeef_0000;
         CACHE.put(key, 5, [9, 9]);
@@ -208,6 +302,34 @@ mod tests {
                 for _ in 0..50_000 {
                     if let Some(got) = SHARED.get(key, 3) {
                         assert!(got == a || got == b, "{got:?}");
+                    }
+                }
+            });
+        });
+    }
+
+    #[test]
+    fn concurrent_writers_never_produce_a_torn_hit_in_either_way() {
+        static SHARED: SeqCache<4, 2> = SeqCache::new();
+        let first = |k: u64| SHARED.set(k)[0] as *const Entry<2>;
+        let keys: Vec<u64> = (1u64..)
+            .filter(|&k| first(k) == first(0xabc0))
+            .take(3)
+            .collect();
+        std::thread::scope(|s| {
+            for (i, &key) in keys.iter().enumerate() {
+                s.spawn(move || {
+                    for n in 0..50_000u64 {
+                        SHARED.put_2way(key, 3, [key ^ n, n + i as u64]);
+                    }
+                });
+            }
+            s.spawn(|| {
+                for _ in 0..50_000 {
+                    for (i, &key) in keys.iter().enumerate() {
+                        if let Some([x, y]) = SHARED.get_2way(key, 3) {
+                            assert_eq!(x ^ key, y - i as u64, "{key:x}: {x:x} {y:x}");
+                        }
                     }
                 }
             });
