@@ -1,5 +1,5 @@
-//! A cache of `W` words per key, in static memory, direct-mapped or two-way
-//! set associative: the sequence-locked store behind the per-pc caches
+//! A cache of `W` words per key, in static memory, direct-mapped or
+//! two-way (a key's slot or the one next to it): the sequence-locked store behind the per-pc caches
 //! ([`super`], whose documentation gives the protocol, and
 //! [`super::step`]) and the remembered scans ([`super::scan`]).
 
@@ -94,19 +94,19 @@ impl<const N: usize, const W: usize> SeqCache<N, W> {
         Self::write(self.slot(key), key, generation, words);
     }
 
-    /// The two entries of `key`'s set when the cache is used two-way set
-    /// associative: a pair of neighbours, one cache line for entries of 32
-    /// bytes.
+    /// The two entries `key` may sit in when the cache is used two-way:
+    /// its direct-mapped slot (so a probe there costs what a direct-mapped
+    /// probe does) and that slot's neighbour, mostly in the same cache line.
     #[inline(always)]
     fn set(&self, key: u64) -> [&Entry<W>; 2] {
-        const { assert!(N >= 4, "a two-way cache needs two sets or more") };
+        const { assert!(N >= 2, "a two-way cache needs two entries or more") };
         let h = key.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        let i = (h >> (65 - N.trailing_zeros())) as usize * 2;
-        [&self.entries[i], &self.entries[i + 1]]
+        let i = (h >> (64 - N.trailing_zeros())) as usize;
+        [&self.entries[i], &self.entries[i ^ 1]]
     }
 
-    /// [`Self::get`] for a cache used two-way set associative: the key may
-    /// sit in either entry of its set ([`Self::put_2way`]). Use one way of
+    /// [`Self::get`] for a cache used two-way: the key may sit in its own
+    /// slot or in the slot next to it ([`Self::put_2way`]). Use one way of
     /// storing per cache. Unlike [`Self::get`], a probe of generation 0
     /// (low 32 bits) may hit: an empty or cleared entry, whose words are
     /// all 0, so a cache must read zero words as "nothing known" (the step
@@ -119,10 +119,11 @@ impl<const N: usize, const W: usize> SeqCache<N, W> {
         Self::read(a, key, generation).or_else(|| Self::read(b, key, generation))
     }
 
-    /// [`Self::put`] for a cache used two-way set associative: into the
-    /// entry of the set that holds `key` already, else one that holds
-    /// nothing of this generation, else the second, so that two keys that
-    /// share a set both stay, and a third displaces only the second.
+    /// [`Self::put`] for a cache used two-way: into whichever of the key's
+    /// two entries holds `key` already, else its own slot if that holds
+    /// nothing of this generation, else the neighbour, so that two keys
+    /// that share a slot both stay, and a third displaces only the one in
+    /// the neighbour.
     pub(crate) fn put_2way(&self, key: u64, generation: u64, words: [u64; W]) {
         if generation & LOW == 0 {
             return;
