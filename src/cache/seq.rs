@@ -129,14 +129,12 @@ impl<const N: usize, const W: usize> SeqCache<N, W> {
             return;
         }
         let [a, b] = self.set(key);
-        let holds = |e: &Entry<W>| {
-            let s = e.seq.load(Relaxed);
-            s >> 32 == generation & LOW && e.key.load(Relaxed) == key
-        };
+        // Each sequence word read once: a cold walk puts at every frame.
         let live = |e: &Entry<W>| e.seq.load(Relaxed) >> 32 == generation & LOW;
-        let e = if holds(a) {
+        let a_live = live(a);
+        let e = if a_live && a.key.load(Relaxed) == key {
             a
-        } else if holds(b) || live(a) {
+        } else if a_live || live(b) && b.key.load(Relaxed) == key {
             b
         } else {
             a
