@@ -477,11 +477,11 @@ fn run_cached<A: Arch, M: MemoryReader, C: CodeMap, const TABLES: bool, const FP
         let Some(slot) = slots.next() else {
             break;
         };
-        *slot = returned(pc, sp, method);
+        *slot = returned(pc, sp, reached_by::<TABLES>(method));
         (pc, sp, fp, method) = (caller_pc, cfa, caller_fp, caller_method);
         here = next;
         if recursion {
-            let mut at = (sp, fp, method);
+            let mut at = (sp, fp, reached_by::<TABLES>(method));
             let rest = core::mem::take(&mut slots).into_slice();
             let k = recurse::<A, M, TABLES, FP>(mem, here, pc, &mut at, rest);
             slots = rest[k..].iter_mut();
@@ -496,9 +496,23 @@ fn run_cached<A: Arch, M: MemoryReader, C: CodeMap, const TABLES: bool, const FP
     state.here = here;
     if n > 0 {
         out[0] = first;
-        state.frame = returned(pc, sp, method);
+        state.frame = returned(pc, sp, reached_by::<TABLES>(method));
     }
     n
+}
+
+/// The method of a frame [`run_cached`] writes, or hands back, after at
+/// least one step: without tables every step is a frame-pointer link, so
+/// the method is a constant there and the loop need not carry it (3
+/// instructions a frame: callgrind). The first frame, the only other, is
+/// mended after the loop.
+#[inline(always)]
+fn reached_by<const TABLES: bool>(method: Method) -> Method {
+    if TABLES {
+        method
+    } else {
+        Method::FramePointer
+    }
 }
 
 /// Goes on with a recursion through frame records: from the frame at `pc`
