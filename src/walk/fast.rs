@@ -72,15 +72,21 @@ pub struct Hot {
     w: u64,
 }
 
-const OUTSIDE: u64 = 1;
-const NO_INFO: u64 = 2;
-const SLOW: u64 = 3;
-const RULE: u64 = 4;
+// The kinds are chosen so that the two questions the loop asks of every
+// answer are one bit each: may a walk without tables take a frame-pointer
+// link here (`LINKABLE`: no row, or a row of either kind), and is the pc
+// outside known code (`OUTSIDE`). Of the words a cache holds (those
+// `Hot::pack` wrote, and 0) only these answers have those bits.
+const SLOW: u64 = 1;
+const LINKABLE: u64 = 4;
+const NO_INFO: u64 = LINKABLE;
+const RULE: u64 = LINKABLE | 1;
 /// A rule of the frame-pointer link's shape (`cfa = fp + 16`, return
 /// address at `cfa - 8`, frame pointer at `cfa - 16`): its own kind, so the
 /// walk recognises it from word 0 alone and computes the reads from the
 /// frame pointer without waiting for the cached offsets.
-const FP_RULE: u64 = 5;
+const FP_RULE: u64 = LINKABLE | 2;
+const OUTSIDE: u64 = 8;
 
 impl Hot {
     /// Not in known code.
@@ -133,7 +139,7 @@ impl Hot {
     /// Whether this pc lies outside known code.
     #[inline(always)]
     pub fn is_outside(self) -> bool {
-        self.w & 0xf == OUTSIDE
+        self.w & OUTSIDE != 0
     }
 
     /// The rule, for a [`HotKind::Rule`] answer.
@@ -334,10 +340,18 @@ enum Step {
 
 #[inline(always)]
 fn step_for<const TABLES: bool, const FP: bool>(here: Hot) -> Step {
+    if !TABLES {
+        // Every row, and no row, is a frame-pointer link: one bit.
+        return if FP && here.w & LINKABLE != 0 {
+            Step::RecordLink
+        } else {
+            Step::Stop
+        };
+    }
     match here.w & 0xf {
-        FP_RULE if TABLES => Step::RecordRow,
-        RULE if TABLES => Step::Row,
-        NO_INFO | RULE | FP_RULE if FP => Step::RecordLink,
+        FP_RULE => Step::RecordRow,
+        RULE => Step::Row,
+        NO_INFO if FP => Step::RecordLink,
         _ => Step::Stop,
     }
 }
@@ -632,6 +646,11 @@ mod tests {
         assert!(with(step_for::<true, false>) == [RecordRow, Row, Stop, Stop, Stop]);
         // Without tables every row of known code is a frame-pointer link.
         assert!(with(step_for::<false, true>) == [RecordLink, RecordLink, RecordLink, Stop, Stop]);
+        // The word of an empty entry: no step, and not outside.
+        let empty = Hot::from_word(0);
+        assert!(step_for::<true, true>(empty) == Stop && step_for::<false, true>(empty) == Stop);
+        assert!(!empty.is_outside() && Hot::OUTSIDE.is_outside());
+        assert!(cases.iter().filter(|h| h.is_outside()).count() == 1);
     }
 
     #[test]
