@@ -13,6 +13,13 @@
 //! `counted_walks`; the cold case empties the caches before each walk,
 //! outside the counted part too. It prints `frames N`. Without arguments
 //! (as `cargo bench` runs every bench) it does nothing.
+//!
+//! With `STACKMARK_TIME` set it also prints `best NS`: the fastest of 400
+//! timed batches (50 warm walks, or one cold walk after emptying the
+//! caches), in ns per frame. On a machine others load, the fastest batch
+//! is the one the others left alone, where criterion's estimates move
+//! with the load; run two builds' binaries in turn, a few processes each
+//! (the layout moves with every process), to compare them.
 
 #[cfg(target_os = "linux")]
 mod bench {
@@ -61,6 +68,22 @@ mod bench {
                     stackmark::clear_caches();
                 }
                 assert_eq!(counted_walks(regs, pc_kind, opts, &mut frames), n);
+            }
+            // Not under callgrind: `counted_walks` counts these walks too.
+            if std::env::var_os("STACKMARK_TIME").is_some() {
+                let mut best = f64::MAX;
+                let batch = if cold { 1 } else { 50 };
+                for _ in 0..400 {
+                    if cold {
+                        stackmark::clear_caches();
+                    }
+                    let t = std::time::Instant::now();
+                    for _ in 0..batch {
+                        counted_walks(regs, precise, opts, &mut frames);
+                    }
+                    best = best.min(t.elapsed().as_nanos() as f64 / batch as f64 / n as f64);
+                }
+                println!("best {best:.2}");
             }
             println!("frames {n}");
         });

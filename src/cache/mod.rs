@@ -10,7 +10,8 @@
 //!
 //! # The protocol
 //!
-//! Every cache is direct-mapped. Each entry is a sequence lock: a writer
+//! Every cache is direct-mapped but the step cache, which is two-way (a
+//! pc's own slot or the one next to it; [`step`] says why). Each entry is a sequence lock: a writer
 //! claims it by making its sequence word odd (and gives up if another
 //! writer holds it), writes the key and the words, then publishes an even
 //! sequence word that also carries a cache generation. A reader takes an
