@@ -79,7 +79,7 @@ mod bench {
                     }
                     let t = std::time::Instant::now();
                     for _ in 0..batch {
-                        counted_walks(regs, precise, opts, &mut frames);
+                        counted_walks(regs, pc_kind, opts, &mut frames);
                     }
                     best = best.min(t.elapsed().as_nanos() as f64 / batch as f64 / n as f64);
                 }
