@@ -779,18 +779,10 @@ fn next_cache_gen() -> u64 {
     }
 }
 
-/// The bit that marks `follows_call`'s keys in the rule cache.
-const FOLLOWS_CALL_KEY: u64 = 1 << 63;
-
 impl CodeMap for Table {
     /// Served from the per-pc cache (the rule cache (`cache::rule`)) when it holds
     /// this pc for this table's generation.
     fn lookup(&self, pc: u64) -> Lookup {
-        // No module holds such a pc, and its key would be one of
-        // `follows_call`'s: not cached.
-        if pc & FOLLOWS_CALL_KEY != 0 {
-            return self.lookup_uncached(pc);
-        }
         if let Some(hit) = crate::cache::rule::get(pc, self.cache_gen) {
             return hit;
         }
@@ -911,16 +903,12 @@ impl CodeMap for Table {
         if ra == self.entry {
             return false;
         }
-        // The high bit keeps these keys apart from lookups, which never
-        // cache a pc that has it (no user address does).
-        let key = ra | FOLLOWS_CALL_KEY;
-        if let Some(hit) = crate::cache::rule::get(key, self.cache_gen) {
-            return hit == Lookup::NoInfo;
+        if let Some(hit) = crate::cache::call::get(ra, self.cache_gen) {
+            return hit;
         }
         let mut before = [0u8; 8];
         let yes = ra >= 8 && self.read_code(ra - 8, &mut before) && A::ends_with_call(&before);
-        let answer = if yes { Lookup::NoInfo } else { Lookup::Outside };
-        crate::cache::rule::put(key, self.cache_gen, &answer);
+        crate::cache::call::put(ra, self.cache_gen, yes);
         yes
     }
 

@@ -3,6 +3,7 @@
 //! waiting. [`crate::clear_caches`] is their one public handle.
 //!
 //! - [`rule`]: module-table lookups per pc, read by the general step;
+//! - [`call`]: whether a call precedes a return address;
 //! - [`step`]: the hot path's one-word answer per pc;
 //! - [`scan`]: remembered stack scans;
 //! - [`end`]: remembered walk ends (the start code below `main`);
@@ -24,6 +25,7 @@
 //! new one, so two tables never share an answer. It is not
 //! [`crate::modules::Table::generation`], the count of refreshes.
 
+pub(crate) mod call;
 pub(crate) mod end;
 pub(crate) mod rule;
 pub(crate) mod scan;
@@ -33,6 +35,7 @@ pub(crate) mod step;
 /// Empties every cache. Safe at any time: a walk racing it only misses.
 pub(crate) fn clear_all() {
     rule::clear();
+    call::clear();
     step::clear();
     scan::clear();
     end::clear();
