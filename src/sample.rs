@@ -116,6 +116,7 @@ pub const PROFILE_OPTIONS: crate::walk::WalkOptions = crate::walk::WalkOptions {
     use_frame_pointers: true,
     scan_words: 64,
     max_scans_in_a_row: 3,
+    #[cfg(feature = "internals")]
     fast_path: true,
 };
 

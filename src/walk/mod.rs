@@ -485,8 +485,22 @@ pub struct WalkOptions {
     pub max_scans_in_a_row: usize,
     /// Try the specialised step for simple rows and frame pointers first
     /// (`walk::fast`). It never changes the frames a walk gives, only its cost;
-    /// off sends every step through the general path, for comparison.
+    /// off sends every step through the general path, for comparison. A
+    /// test hook: only with the `internals` feature (always on without it).
+    #[cfg(feature = "internals")]
     pub fast_path: bool,
+}
+
+impl WalkOptions {
+    /// Whether the walk tries the hot path first ([`WalkOptions::fast_path`]
+    /// with the `internals` feature; always otherwise).
+    #[inline(always)]
+    fn takes_fast_path(&self) -> bool {
+        #[cfg(feature = "internals")]
+        return self.fast_path;
+        #[cfg(not(feature = "internals"))]
+        true
+    }
 }
 
 impl Default for WalkOptions {
@@ -497,6 +511,7 @@ impl Default for WalkOptions {
             use_frame_pointers: true,
             scan_words: 512,
             max_scans_in_a_row: 3,
+            #[cfg(feature = "internals")]
             fast_path: true,
         }
     }
@@ -602,7 +617,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
     pub fn fill(&mut self, out: &mut [Frame]) -> usize {
         let mut n = 0;
         while n < out.len() {
-            if self.opts.fast_path {
+            if self.opts.takes_fast_path() {
                 n += self.fill_fast(&mut out[n..]);
                 if n == out.len() {
                     break;
@@ -1081,7 +1096,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Iterator for Walker<A, M, C> {
     type Item = Frame;
 
     fn next(&mut self) -> Option<Frame> {
-        if self.opts.fast_path {
+        if self.opts.takes_fast_path() {
             let mut one = [Frame::default()];
             if self.fill_fast(&mut one) == 1 {
                 return Some(one[0]);
