@@ -10,7 +10,7 @@ item through a path into it: `crate::walk::Frame` uses src/walk/mod.rs,
 Module declarations (`mod x;`) and re-exports in a folder's own mod.rs do
 not count as uses: a parent declares its children. A file's use of its own
 folder's mod.rs (its parent module, whose types its `impl` blocks extend:
-`walk/end.rs` on `Walker`) does not count towards a cycle, since Rust
+`walk/ending.rs` on `Walker`) does not count towards a cycle, since Rust
 scopes a parent and its children as one module; every other use does. The layers, lowest
 first, are LAYERS below; docs/ARCHITECTURE.md gives the reasons.
 Exits 1 and names each offending use, or each cycle, if there is one.

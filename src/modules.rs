@@ -19,7 +19,7 @@ use crate::formats::cfi::Cfi;
 use crate::formats::compact_unwind::UnwindInfo;
 use crate::formats::elf::{PF_R, PF_W, PF_X};
 use crate::formats::sframe::SFrame;
-use crate::walk::fast::Hot;
+use crate::walk::fast::Answer;
 use crate::walk::{CodeMap, Lookup};
 
 /// Most modules the table holds; further modules are left out (and counted
@@ -609,7 +609,7 @@ impl Table {
     /// A miss of the hot path's cache: classify, then remember.
     #[cold]
     #[inline(never)]
-    fn hot_miss(&self, key: u64) -> Hot {
+    fn answer_uncached(&self, key: u64) -> Answer {
         // Straight from the tables, not through the rule cache: the answer
         // is kept in the step cache, and a general step that needs the row
         // caches it itself. A cold walk's first sight of each pc then pays
@@ -798,29 +798,29 @@ impl CodeMap for Table {
     }
 
     /// What keys this table's answers in the hot path's cache.
-    fn hot_context(&self) -> u64 {
+    fn answer_generation(&self) -> u64 {
         self.cache_gen
     }
 
     /// Served from the hot path's cache (the step cache (`cache::step`)); a miss
     /// classifies the row found in the tables and remembers the answer.
     #[inline(always)]
-    fn hot_at(&self, key: u64, generation: u64) -> Hot {
-        match self.hot_cached(key, generation) {
+    fn answer_at(&self, key: u64, generation: u64) -> Answer {
+        match self.cached_answer(key, generation) {
             Some(hit) => hit,
-            None => self.hot_miss(key),
+            None => self.answer_uncached(key),
         }
     }
 
     /// Straight to the tables: the cache was just probed.
-    fn hot_missed(&self, key: u64, _generation: u64) -> Hot {
-        self.hot_miss(key)
+    fn answer_after_miss(&self, key: u64, _generation: u64) -> Answer {
+        self.answer_uncached(key)
     }
 
     /// The hot path's cache alone, keyed by the generation passed in (the
     /// table is not read).
     #[inline(always)]
-    fn hot_cached(&self, key: u64, generation: u64) -> Option<Hot> {
+    fn cached_answer(&self, key: u64, generation: u64) -> Option<Answer> {
         crate::cache::step::get(key, generation)
     }
 
@@ -883,11 +883,11 @@ impl CodeMap for Table {
         key: u64,
         take: impl FnOnce(&[core::sync::atomic::AtomicU64; crate::walk::END_WORDS]) -> R,
     ) -> Option<R> {
-        crate::cache::end::get_with(key, self.cache_gen, take)
+        crate::cache::walk_ends::get_with(key, self.cache_gen, take)
     }
 
     fn remember_end(&self, key: u64, words: &[u64; crate::walk::END_WORDS]) {
-        crate::cache::end::put(key, self.cache_gen, words, crate::walk::end::used);
+        crate::cache::walk_ends::put(key, self.cache_gen, words, crate::walk::ending::used);
     }
 
     /// Remembered in the rule cache: stack scanning asks this of the same
@@ -1474,8 +1474,8 @@ mod tests {
         assert!(t.is_outermost(entry + 5));
         // The hot path leaves such a pc to the general step, with or
         // without tables.
-        let hot = t.hot_at(entry + 5, t.hot_context());
-        assert_eq!(hot.kind(), crate::walk::fast::HotKind::Slow);
+        let hot = t.answer_at(entry + 5, t.answer_generation());
+        assert_eq!(hot.kind(), crate::walk::fast::AnswerKind::Slow);
     }
 
     #[test]
@@ -1529,12 +1529,12 @@ mod tests {
         assert_eq!(b.lookup(pc), Lookup::Outside, "not a's cached answer");
         assert_eq!(a.lookup(pc), Lookup::NoInfo, "nor the other way round");
         // Finished again, a table starts afresh in the caches too.
-        let before = a.hot_context();
+        let before = a.answer_generation();
         a.finish(0x000a_0d17);
-        assert_ne!(a.hot_context(), before);
-        assert_ne!(a.hot_context() & 0xffff_ffff, 0);
+        assert_ne!(a.answer_generation(), before);
+        assert_ne!(a.answer_generation() & 0xffff_ffff, 0);
         // Unfinished, nothing is cached for it.
-        assert_eq!(Table::EMPTY.hot_context(), 0);
+        assert_eq!(Table::EMPTY.answer_generation(), 0);
     }
 
     /// The README states the table's fixed memory; keep it honest.

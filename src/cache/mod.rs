@@ -6,8 +6,8 @@
 //! - [`call`]: whether a call precedes a return address;
 //! - [`step`]: the hot path's one-word answer per pc;
 //! - [`scan`]: remembered stack scans;
-//! - [`end`]: remembered walk ends (the start code below `main`);
-//! - [`seq`]: the store behind all four.
+//! - [`walk_ends`]: remembered walk ends (the start code below `main`);
+//! - [`seq`]: the store behind them all.
 //!
 //! # The protocol
 //!
@@ -21,16 +21,16 @@
 //! invalidates every entry at once.
 //!
 //! A cache generation is what a module table's answers are kept under
-//! ([`crate::walk::CodeMap::hot_context`]): every finished table takes a
+//! ([`crate::walk::CodeMap::answer_generation`]): every finished table takes a
 //! new one, so two tables never share an answer. It is not
 //! [`crate::modules::Table::generation`], the count of refreshes.
 
 pub(crate) mod call;
-pub(crate) mod end;
 pub(crate) mod rule;
 pub(crate) mod scan;
 pub(crate) mod seq;
 pub(crate) mod step;
+pub(crate) mod walk_ends;
 
 /// Empties every cache. Safe at any time: a walk racing it only misses.
 pub(crate) fn clear_all() {
@@ -38,5 +38,5 @@ pub(crate) fn clear_all() {
     call::clear();
     step::clear();
     scan::clear();
-    end::clear();
+    walk_ends::clear();
 }

@@ -1,4 +1,4 @@
-//! The per-pc cache of [`Hot`] answers that the walk's hot path probes once
+//! The per-pc cache of [`Answer`] answers that the walk's hot path probes once
 //! per frame: a sequence-locked cache of one word per pc (see
 //! [`super`] for the protocol), two-way: a pc's answer sits in its home
 //! entry or in the entry next to it.
@@ -24,7 +24,7 @@
 //! entry's cache line. Entries stay 24 bytes: padding them to 32 (one pair
 //! a line) cost instructions and gained no time.
 use super::seq::SeqCache;
-use crate::walk::fast::Hot;
+use crate::walk::fast::Answer;
 
 /// Number of entries: 8192 × 24 bytes = 192 KiB.
 pub const ENTRIES: usize = 8192;
@@ -33,12 +33,14 @@ static CACHE: SeqCache<ENTRIES, 1> = SeqCache::new();
 
 /// The cached answer for `key` in cache generation `generation`, if any.
 #[inline(always)]
-pub fn get(key: u64, generation: u64) -> Option<Hot> {
-    CACHE.get_2way(key, generation).map(|[w]| Hot::from_word(w))
+pub fn get(key: u64, generation: u64) -> Option<Answer> {
+    CACHE
+        .get_2way(key, generation)
+        .map(|[w]| Answer::from_word(w))
 }
 
 /// Remembers `hot` for `key` in cache generation `generation`.
-pub(crate) fn put(key: u64, generation: u64, hot: Hot) {
+pub(crate) fn put(key: u64, generation: u64, hot: Answer) {
     CACHE.put_2way(key, generation, [hot.pack()]);
 }
 
@@ -50,12 +52,12 @@ pub fn clear() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::walk::fast::FastRule;
+    use crate::walk::fast::SimpleRule;
 
     #[test]
     fn every_kind_of_answer_round_trips() {
         let rule = |cfa_off| {
-            Hot::from_rule(FastRule {
+            Answer::from_rule(SimpleRule {
                 cfa_fp: cfa_off % 2 == 0,
                 cfa_off,
                 ra_off: -8,
@@ -65,9 +67,9 @@ mod tests {
             })
         };
         let cases = [
-            Hot::OUTSIDE,
-            Hot::NO_INFO,
-            Hot::SLOW,
+            Answer::OUTSIDE,
+            Answer::NO_INFO,
+            Answer::SLOW,
             rule(-4096),
             rule(1 << 20),
         ];

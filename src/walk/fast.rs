@@ -2,7 +2,7 @@
 //! frame (CFA from sp or fp plus an offset, return address and frame
 //! pointer saved at fixed offsets from it) and for frame-pointer steps.
 //!
-//! A pc's [`Hot`] answer says in one small value whether such a step
+//! A pc's [`Answer`] says in one small value whether such a step
 //! applies. The walker tries it first; whenever it does not apply, or any
 //! check fails, the general step runs instead, so the fast path never
 //! changes a walk's result, only its cost (`tests.rs` walks every case
@@ -11,13 +11,13 @@
 use crate::arch::Arch;
 use crate::formats::sframe::{CfaRule, RegRule};
 use crate::memory::MemoryReader;
-use crate::walk::{as_stored, sp_exact, CodeMap, Frame, Lookup, Method, PcKind};
+use crate::walk::{load_at_width, sp_exact, CodeMap, Frame, Lookup, Method, PcKind};
 
 /// An SFrame row reduced to what the hot path applies: `cfa = (fp | sp) +
 /// cfa_off`, the return address at `cfa + ra_off`, the frame pointer at
 /// `cfa + fp_off` or unchanged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FastRule {
+pub struct SimpleRule {
     /// The CFA is based on the frame pointer (else the stack pointer).
     pub cfa_fp: bool,
     /// Added to the base register to give the CFA.
@@ -36,7 +36,7 @@ pub struct FastRule {
 /// record `[fp] = caller's fp`, `[fp + 8] = return address` (PAC bits
 /// stripped on AArch64), and the caller's sp is `fp + 16`. Rows of this
 /// shape get their own kind, which the hot loop steps from fp alone.
-pub const FRAME_POINTER: FastRule = FastRule {
+pub const FRAME_POINTER: SimpleRule = SimpleRule {
     cfa_fp: true,
     cfa_off: 16,
     ra_off: -8,
@@ -47,25 +47,25 @@ pub const FRAME_POINTER: FastRule = FastRule {
 
 /// What the hot path may do at one lookup pc.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HotKind {
+pub enum AnswerKind {
     /// Not in known code: only the general step decides (trampolines found
     /// by their code, scanning).
     Outside,
     /// Known code without a table row: a frame-pointer step.
     NoInfo,
-    /// A row the hot path applies ([`Hot::rule`]).
+    /// A row the hot path applies ([`Answer::rule`]).
     Rule,
     /// Anything else (FLEX rows, signal frames and trampolines, compact
     /// encodings, the outermost frame, offsets too large to pack into
-    /// [`Hot`]): the general step.
+    /// [`Answer`]): the general step.
     Slow,
 }
 
-/// A [`HotKind`] with its rule, packed into one word so the step cache
+/// A [`AnswerKind`] with its rule, packed into one word so the step cache
 /// holds it in one word and the walk's inner loop decodes it with shifts,
 /// in registers. A valid answer is never 0.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Hot {
+pub struct Answer {
     /// Kind (bits 0-3), flags (4: CFA from fp, 5: mangled RA, 6: fp
     /// saved, 7: a CFI row), RA offset (bits 8-23), FP offset (bits 24-39) and CFA offset
     /// (bits 40-63, signed).
@@ -76,7 +76,7 @@ pub struct Hot {
 // answer are one bit each: may a walk without tables take a frame-pointer
 // link here (`LINKABLE`: no row, or a row of either kind), and is the pc
 // outside known code (`OUTSIDE`). Of the words a cache holds (those
-// `Hot::pack` wrote, and 0) only these answers have those bits.
+// `Answer::pack` wrote, and 0) only these answers have those bits.
 const SLOW: u64 = 1;
 const LINKABLE: u64 = 4;
 const NO_INFO: u64 = LINKABLE;
@@ -88,19 +88,19 @@ const RULE: u64 = LINKABLE | 1;
 const FP_RULE: u64 = LINKABLE | 2;
 const OUTSIDE: u64 = 8;
 
-impl Hot {
+impl Answer {
     /// Not in known code.
-    pub const OUTSIDE: Hot = Hot { w: OUTSIDE };
+    pub const OUTSIDE: Answer = Answer { w: OUTSIDE };
     /// Known code without a table row.
-    pub const NO_INFO: Hot = Hot { w: NO_INFO };
+    pub const NO_INFO: Answer = Answer { w: NO_INFO };
     /// Left to the general step.
-    pub const SLOW: Hot = Hot { w: SLOW };
+    pub const SLOW: Answer = Answer { w: SLOW };
 
-    /// A rule the hot path applies; [`Hot::SLOW`] if its CFA offset needs
+    /// A rule the hot path applies; [`Answer::SLOW`] if its CFA offset needs
     /// more than the 24 bits it is packed into (a frame of 8 MiB or more).
-    pub const fn from_rule(r: FastRule) -> Hot {
+    pub const fn from_rule(r: SimpleRule) -> Answer {
         if r.cfa_off < -(1 << 23) || r.cfa_off >= 1 << 23 {
-            return Hot::SLOW;
+            return Answer::SLOW;
         }
         let (fp_saved, fp_off) = match r.fp_off {
             Some(o) => (1, o),
@@ -113,7 +113,7 @@ impl Hot {
             && r.ra_off == link.ra_off
             && matches!((r.fp_off, link.fp_off), (Some(a), Some(b)) if a == b);
         let kind = if fp_shaped { FP_RULE } else { RULE };
-        Hot {
+        Answer {
             w: kind
                 | (r.cfa_fp as u64) << 4
                 | (r.mangled_ra as u64) << 5
@@ -127,12 +127,12 @@ impl Hot {
 
     /// Which kind of answer this is.
     #[inline(always)]
-    pub fn kind(self) -> HotKind {
+    pub fn kind(self) -> AnswerKind {
         match self.w & 0xf {
-            OUTSIDE => HotKind::Outside,
-            NO_INFO => HotKind::NoInfo,
-            RULE | FP_RULE => HotKind::Rule,
-            _ => HotKind::Slow,
+            OUTSIDE => AnswerKind::Outside,
+            NO_INFO => AnswerKind::NoInfo,
+            RULE | FP_RULE => AnswerKind::Rule,
+            _ => AnswerKind::Slow,
         }
     }
 
@@ -142,9 +142,9 @@ impl Hot {
         self.w & OUTSIDE != 0
     }
 
-    /// The rule, for a [`HotKind::Rule`] answer.
-    pub fn rule(self) -> FastRule {
-        FastRule {
+    /// The rule, for a [`AnswerKind::Rule`] answer.
+    pub fn rule(self) -> SimpleRule {
+        SimpleRule {
             cfa_fp: self.cfa_fp(),
             cfa_off: self.cfa_off() as i32,
             ra_off: self.ra_off() as i16,
@@ -156,35 +156,35 @@ impl Hot {
 
     /// Classifies a lookup. `trampoline` says whether the pc is, or is just
     /// before, a known signal trampoline: those always take the general step.
-    pub fn classify(lookup: &Lookup, trampoline: bool) -> Hot {
+    pub fn classify(lookup: &Lookup, trampoline: bool) -> Answer {
         match lookup {
-            Lookup::Outside => Hot::OUTSIDE,
-            _ if trampoline => Hot::SLOW,
-            Lookup::NoInfo => Hot::NO_INFO,
-            Lookup::Compact { .. } => Hot::SLOW,
-            Lookup::SFrame(row) | Lookup::Cfi(row) if row.signal_frame => Hot::SLOW,
+            Lookup::Outside => Answer::OUTSIDE,
+            _ if trampoline => Answer::SLOW,
+            Lookup::NoInfo => Answer::NO_INFO,
+            Lookup::Compact { .. } => Answer::SLOW,
+            Lookup::SFrame(row) | Lookup::Cfi(row) if row.signal_frame => Answer::SLOW,
             Lookup::SFrame(row) | Lookup::Cfi(row) => {
                 let (cfa_fp, cfa_off) = match row.cfa {
                     CfaRule::SpPlus(o) => (false, o),
                     CfaRule::FpPlus(o) => (true, o),
-                    _ => return Hot::SLOW,
+                    _ => return Answer::SLOW,
                 };
                 let ra_off = match row.ra {
                     RegRule::AtCfa(o) => match i16::try_from(o) {
                         Ok(o) => o,
-                        Err(_) => return Hot::SLOW,
+                        Err(_) => return Answer::SLOW,
                     },
-                    _ => return Hot::SLOW,
+                    _ => return Answer::SLOW,
                 };
                 let fp_off = match row.fp {
                     RegRule::Undefined | RegRule::SameValue => None,
                     RegRule::AtCfa(o) => match i16::try_from(o) {
                         Ok(o) => Some(o),
-                        Err(_) => return Hot::SLOW,
+                        Err(_) => return Answer::SLOW,
                     },
-                    _ => return Hot::SLOW,
+                    _ => return Answer::SLOW,
                 };
-                Hot::from_rule(FastRule {
+                Answer::from_rule(SimpleRule {
                     cfa_fp,
                     cfa_off,
                     ra_off,
@@ -248,12 +248,12 @@ impl Hot {
         self.w
     }
 
-    /// The inverse of [`Hot::pack`] without checks: a word it never wrote
+    /// The inverse of [`Answer::pack`] without checks: a word it never wrote
     /// reads as an answer of no known kind, which the walk treats as
-    /// [`HotKind::Slow`].
+    /// [`AnswerKind::Slow`].
     #[inline(always)]
-    pub fn from_word(w: u64) -> Hot {
-        Hot { w }
+    pub fn from_word(w: u64) -> Answer {
+        Answer { w }
     }
 }
 
@@ -272,16 +272,16 @@ const MAX_SIGRETURN_CALL_AT: u64 = {
 /// `lookup`, the answer for lookup pc `key`, classified for the hot path. A
 /// pc inside or just before a known trampoline (`key` is `ra - 1` for a
 /// return address) is always left to the general step.
-pub(crate) fn classify_at<C: CodeMap + ?Sized>(code: &C, key: u64, lookup: &Lookup) -> Hot {
+pub(crate) fn classify_at<C: CodeMap + ?Sized>(code: &C, key: u64, lookup: &Lookup) -> Answer {
     // The outermost frame ends a walk without tables before any step (its
     // row says so to a walk with them): the general step decides.
     if !matches!(lookup, Lookup::Outside) && code.is_outermost(key) {
-        return Hot::SLOW;
+        return Answer::SLOW;
     }
     // From just before a trampoline (a return address's key) to its
     // sigreturn call (an exact pc a signal interrupted there).
     let trampoline = code.known_trampoline_within(key.wrapping_add(1), MAX_SIGRETURN_CALL_AT + 1);
-    Hot::classify(lookup, trampoline)
+    Answer::classify(lookup, trampoline)
 }
 
 /// A frame reached through a return address, as the hot
@@ -305,22 +305,22 @@ pub(crate) struct State {
     /// Its frame pointer.
     pub fp: u64,
     /// The answer for its lookup pc.
-    pub here: Hot,
+    pub here: Answer,
 }
 
 impl State {
     /// The frame, frame pointer and answer [`run`] left, each field read
-    /// as it was written ([`as_stored`]).
+    /// as it was written ([`load_at_width`]).
     #[inline(always)]
-    pub(crate) fn handed_back(&self) -> (Frame, u64, Hot) {
+    pub(crate) fn handed_back(&self) -> (Frame, u64, Answer) {
         let f = &self.frame;
         let frame = Frame {
-            pc: as_stored(&f.pc),
-            sp: as_stored(&f.sp),
-            pc_kind: as_stored(&f.pc_kind),
-            method: as_stored(&f.method),
+            pc: load_at_width(&f.pc),
+            sp: load_at_width(&f.sp),
+            pc_kind: load_at_width(&f.pc_kind),
+            method: load_at_width(&f.method),
         };
-        (frame, as_stored(&self.fp), as_stored(&self.here))
+        (frame, load_at_width(&self.fp), load_at_width(&self.here))
     }
 }
 
@@ -339,7 +339,7 @@ enum Step {
 }
 
 #[inline(always)]
-fn step_for<const TABLES: bool, const FP: bool>(here: Hot) -> Step {
+fn step_for<const TABLES: bool, const FP: bool>(here: Answer) -> Step {
     if !TABLES {
         // Every row, and no row, is a frame-pointer link: one bit.
         return if FP && here.w & LINKABLE != 0 {
@@ -362,7 +362,7 @@ fn step_for<const TABLES: bool, const FP: bool>(here: Hot) -> Step {
 /// [`crate::walk::Walker::step`] would take first, with the same reads and
 /// the same checks of the caller, so the frames are those the general step
 /// gives.
-/// `context` is the code map's [`CodeMap::hot_context`]; `opts` says
+/// `context` is the code map's [`CodeMap::answer_generation`]; `opts` says
 /// whether tables and frame pointers are used.
 pub(crate) fn run<A: Arch, M: MemoryReader, C: CodeMap>(
     mem: &M,
@@ -411,7 +411,7 @@ fn run_cached<A: Arch, M: MemoryReader, C: CodeMap, const TABLES: bool, const FP
     let mut slots = out.iter_mut();
     // The last answer looked up on a miss, by key (`u64::MAX`, `ra - 1`
     // of no return address but 0, which ends the loop first: none).
-    let mut missed = (u64::MAX, Hot::SLOW);
+    let mut missed = (u64::MAX, Answer::SLOW);
     while slots.len() != 0 {
         let (cfa, caller_pc, caller_fp, caller_method);
         match step_for::<TABLES, FP>(here) {
@@ -471,7 +471,7 @@ fn run_cached<A: Arch, M: MemoryReader, C: CodeMap, const TABLES: bool, const FP
             here
         } else {
             let key = caller_pc - 1;
-            match code.hot_cached(key, context) {
+            match code.cached_answer(key, context) {
                 Some(hit) => hit,
                 None if key == missed.0 => missed.1,
                 None => {
@@ -480,7 +480,7 @@ fn run_cached<A: Arch, M: MemoryReader, C: CodeMap, const TABLES: bool, const FP
                     // call, so the loop keeps its registers on the hit
                     // path. The answer is kept for the retry in case the
                     // cache did not take it.
-                    missed = (key, code.hot_missed(key, context));
+                    missed = (key, code.answer_after_miss(key, context));
                     continue;
                 }
             }
@@ -541,7 +541,7 @@ fn reached_by<const TABLES: bool>(method: Method) -> Method {
 #[inline(never)]
 fn recurse<A: Arch, M: MemoryReader, const TABLES: bool, const FP: bool>(
     mem: &M,
-    here: Hot,
+    here: Answer,
     pc: u64,
     state: &mut (u64, u64, Method),
     out: &mut [Frame],
@@ -605,11 +605,11 @@ mod tests {
             RegRule::AtCfa(-8),
             RegRule::AtCfa(-16),
         );
-        let hot = Hot::classify(&Lookup::SFrame(r), false);
-        assert_eq!(hot.kind(), HotKind::Rule);
+        let hot = Answer::classify(&Lookup::SFrame(r), false);
+        assert_eq!(hot.kind(), AnswerKind::Rule);
         assert_eq!(
             hot.rule(),
-            FastRule {
+            SimpleRule {
                 cfa_fp: false,
                 cfa_off: 0x1040,
                 ra_off: -8,
@@ -624,20 +624,20 @@ mod tests {
         );
         let mut signed = row(CfaRule::FpPlus(16), RegRule::AtCfa(-8), RegRule::SameValue);
         signed.mangled_ra = true;
-        let hot = Hot::classify(&Lookup::SFrame(signed), false);
+        let hot = Answer::classify(&Lookup::SFrame(signed), false);
         assert!(hot.cfa_fp() && hot.mangled_ra() && hot.fp_off().is_none());
-        assert_eq!(Hot::from_word(hot.pack()), hot);
+        assert_eq!(Answer::from_word(hot.pack()), hot);
     }
 
     #[test]
     fn each_kind_takes_the_step_the_general_path_would_try_first() {
-        let record = Hot::from_rule(FRAME_POINTER);
+        let record = Answer::from_rule(FRAME_POINTER);
         let mut other = FRAME_POINTER;
         other.cfa_off = 32;
-        let row = Hot::from_rule(other);
-        assert_eq!(record.kind(), HotKind::Rule);
-        let cases = [record, row, Hot::NO_INFO, Hot::OUTSIDE, Hot::SLOW];
-        let with = |f: fn(Hot) -> Step| cases.map(f);
+        let row = Answer::from_rule(other);
+        assert_eq!(record.kind(), AnswerKind::Rule);
+        let cases = [record, row, Answer::NO_INFO, Answer::OUTSIDE, Answer::SLOW];
+        let with = |f: fn(Answer) -> Step| cases.map(f);
         use Step::*;
         assert!(
             with(step_for::<true, true>) == [RecordRow, Row, RecordLink, Stop, Stop],
@@ -647,9 +647,9 @@ mod tests {
         // Without tables every row of known code is a frame-pointer link.
         assert!(with(step_for::<false, true>) == [RecordLink, RecordLink, RecordLink, Stop, Stop]);
         // The word of an empty entry: no step, and not outside.
-        let empty = Hot::from_word(0);
+        let empty = Answer::from_word(0);
         assert!(step_for::<true, true>(empty) == Stop && step_for::<false, true>(empty) == Stop);
-        assert!(!empty.is_outside() && Hot::OUTSIDE.is_outside());
+        assert!(!empty.is_outside() && Answer::OUTSIDE.is_outside());
         assert!(cases.iter().filter(|h| h.is_outside()).count() == 1);
     }
 
@@ -686,28 +686,28 @@ mod tests {
             },
         ];
         for l in slow {
-            assert_eq!(Hot::classify(&l, false).kind(), HotKind::Slow, "{l:?}");
+            assert_eq!(Answer::classify(&l, false).kind(), AnswerKind::Slow, "{l:?}");
         }
         // The CFA offset is packed into 24 bits: a frame of 8 MiB or more
         // is left to the general step, and the largest that fit round-trip.
         let sp_plus = |o| row(CfaRule::SpPlus(o), RegRule::AtCfa(-8), RegRule::SameValue);
         for o in [1 << 23, -(1 << 23) - 1, i32::MAX, i32::MIN] {
             assert_eq!(
-                Hot::classify(&Lookup::SFrame(sp_plus(o)), false),
-                Hot::SLOW,
+                Answer::classify(&Lookup::SFrame(sp_plus(o)), false),
+                Answer::SLOW,
                 "{o}"
             );
         }
         for o in [(1 << 23) - 1, -(1 << 23), -8] {
-            let hot = Hot::classify(&Lookup::SFrame(sp_plus(o)), false);
-            assert_eq!((hot.kind(), hot.rule().cfa_off), (HotKind::Rule, o));
+            let hot = Answer::classify(&Lookup::SFrame(sp_plus(o)), false);
+            assert_eq!((hot.kind(), hot.rule().cfa_off), (AnswerKind::Rule, o));
             assert_eq!(hot.cfa_off() as i64, i64::from(o));
         }
         // Next to a known trampoline, even a plain row or no row is slow.
-        assert_eq!(Hot::classify(&Lookup::SFrame(plain), true), Hot::SLOW);
-        assert_eq!(Hot::classify(&Lookup::NoInfo, true), Hot::SLOW);
-        assert_eq!(Hot::classify(&Lookup::NoInfo, false), Hot::NO_INFO);
-        assert_eq!(Hot::classify(&Lookup::Outside, true), Hot::OUTSIDE);
-        assert_eq!(Hot::from_word(0).kind(), HotKind::Slow);
+        assert_eq!(Answer::classify(&Lookup::SFrame(plain), true), Answer::SLOW);
+        assert_eq!(Answer::classify(&Lookup::NoInfo, true), Answer::SLOW);
+        assert_eq!(Answer::classify(&Lookup::NoInfo, false), Answer::NO_INFO);
+        assert_eq!(Answer::classify(&Lookup::Outside, true), Answer::OUTSIDE);
+        assert_eq!(Answer::from_word(0).kind(), AnswerKind::Slow);
     }
 }

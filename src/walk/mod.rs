@@ -1,5 +1,7 @@
 //! The walk: table row, else frame pointer, else scan; generic over the reader.
 
+#![forbid(unsafe_code)]
+
 /// Which method produced a frame.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Method {
@@ -111,20 +113,20 @@ impl Frame {
     }
 }
 
-pub(crate) mod end;
+pub(crate) mod ending;
 internal! {
     mod fast;
 }
 
 /// The rows a [`CodeMap`] answers with, in the walker's terms.
 pub use crate::formats::sframe::{CfaRule, RegRule, Row};
-pub use end::END_WORDS;
+pub use ending::END_WORDS;
 
 use core::sync::atomic::AtomicU64;
 
 use crate::arch::{Arch, StepError};
 use crate::memory::MemoryReader;
-use fast::Hot;
+use fast::Answer;
 
 /// What the module table knows about one pc.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -214,36 +216,36 @@ pub trait CodeMap {
         false
     }
 
-    /// A value that [`CodeMap::hot_at`] takes, read once per run of the hot
+    /// A value that [`CodeMap::answer_at`] takes, read once per run of the hot
     /// path so its inner loop keeps it in a register (the module table's
     /// cache generation, which keys its cache).
-    fn hot_context(&self) -> u64 {
+    fn answer_generation(&self) -> u64 {
         0
     }
 
     /// What the hot path may do at lookup pc `key`; `context` is what
-    /// [`CodeMap::hot_context`] gave. The default classifies
+    /// [`CodeMap::answer_generation`] gave. The default classifies
     /// [`CodeMap::lookup`] every time (a pc at or just before a known
     /// trampoline is always left to the general step); implementations may
     /// cache the answer.
-    fn hot_at(&self, key: u64, context: u64) -> Hot {
+    fn answer_at(&self, key: u64, context: u64) -> Answer {
         let _ = context;
         fast::classify_at(self, key, &self.lookup(key))
     }
 
-    /// [`CodeMap::hot_at`] when the answer is at hand without a search
-    /// (cached); on `None` the hot loop calls [`CodeMap::hot_missed`], on
+    /// [`CodeMap::answer_at`] when the answer is at hand without a search
+    /// (cached); on `None` the hot loop calls [`CodeMap::answer_after_miss`], on
     /// its cold path. The default always answers.
     #[inline(always)]
-    fn hot_cached(&self, key: u64, context: u64) -> Option<Hot> {
-        Some(self.hot_at(key, context))
+    fn cached_answer(&self, key: u64, context: u64) -> Option<Answer> {
+        Some(self.answer_at(key, context))
     }
 
-    /// [`CodeMap::hot_at`] just after [`CodeMap::hot_cached`] missed for
+    /// [`CodeMap::answer_at`] just after [`CodeMap::cached_answer`] missed for
     /// `key`: implementations with a cache may skip probing it again. The
-    /// default asks [`CodeMap::hot_at`].
-    fn hot_missed(&self, key: u64, context: u64) -> Hot {
-        self.hot_at(key, context)
+    /// default asks [`CodeMap::answer_at`].
+    fn answer_after_miss(&self, key: u64, context: u64) -> Answer {
+        self.answer_at(key, context)
     }
 
     /// The words a scan from stack address `start` read the last time,
@@ -316,19 +318,19 @@ macro_rules! code_map_through_deref {
         fn sigreturn_reads_memory<A: $crate::arch::Arch>(&self, pc: u64) -> bool {
             (**self).sigreturn_reads_memory::<A>(pc)
         }
-        fn hot_context(&self) -> u64 {
-            (**self).hot_context()
+        fn answer_generation(&self) -> u64 {
+            (**self).answer_generation()
         }
         #[inline(always)]
-        fn hot_at(&self, key: u64, context: u64) -> $crate::walk::fast::Hot {
-            (**self).hot_at(key, context)
+        fn answer_at(&self, key: u64, context: u64) -> $crate::walk::fast::Answer {
+            (**self).answer_at(key, context)
         }
         #[inline(always)]
-        fn hot_cached(&self, key: u64, context: u64) -> Option<$crate::walk::fast::Hot> {
-            (**self).hot_cached(key, context)
+        fn cached_answer(&self, key: u64, context: u64) -> Option<$crate::walk::fast::Answer> {
+            (**self).cached_answer(key, context)
         }
-        fn hot_missed(&self, key: u64, context: u64) -> $crate::walk::fast::Hot {
-            (**self).hot_missed(key, context)
+        fn answer_after_miss(&self, key: u64, context: u64) -> $crate::walk::fast::Answer {
+            (**self).answer_after_miss(key, context)
         }
         fn recall_scan(
             &self,
@@ -379,16 +381,7 @@ pub fn sp_order_holds(frames: &[Frame]) -> bool {
     })
 }
 
-/// `*v`, loaded at its own width. Out-of-line callers (the hot loop, a
-/// replay) hand values back through memory a field at a time; a struct
-/// copy would load them in wider pieces, and a load that spans two pending
-/// stores cannot take its value from the store buffer: it waits until they
-/// reach the cache (a store-forwarding stall, about 5 ns a walk).
-#[inline(always)]
-pub(crate) fn as_stored<T: Copy>(v: &T) -> T {
-    // SAFETY: a reference is valid and aligned for a read of `T`.
-    unsafe { core::ptr::read_volatile(v) }
-}
+pub(crate) use crate::memory::load_at_width;
 
 /// Whether a frame found by `method` has an exact stack pointer, not just a
 /// lower bound (left by an AArch64 frame-pointer step or a scan).
@@ -563,7 +556,7 @@ pub struct Walker<A: Arch, M, C> {
     last_code: core::cell::Cell<(u64, u64)>,
     /// The hot path's answer for the pending frame's lookup pc, found when
     /// it accepted that frame.
-    next_hot: Option<Hot>,
+    next_hot: Option<Answer>,
     stop: StopReason,
     /// Whether this walk has marked a state as one to record a walk end
     /// from ([`end`]).
@@ -766,10 +759,10 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
                 .saturating_sub(1)
                 .saturating_sub(self.depth),
         );
-        let context = self.code.hot_context();
+        let context = self.code.answer_generation();
         let here = match self.next_hot.take() {
             Some(h) => h,
-            None => self.code.hot_at(first.lookup_pc(), context),
+            None => self.code.answer_at(first.lookup_pc(), context),
         };
         let mut state = fast::State {
             frame: first,

@@ -196,8 +196,8 @@ impl<C: stackmark::walk::CodeMap> stackmark::walk::CodeMap for HalfCached<C> {
     fn is_sigreturn<A: stackmark::arch::Arch>(&self, pc: u64) -> bool {
         self.0.is_sigreturn::<A>(pc)
     }
-    fn hot_cached(&self, key: u64, context: u64) -> Option<stackmark::walk::fast::Hot> {
-        (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 63 == 0).then(|| self.hot_at(key, context))
+    fn cached_answer(&self, key: u64, context: u64) -> Option<stackmark::walk::fast::Answer> {
+        (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 63 == 0).then(|| self.answer_at(key, context))
     }
 }
 

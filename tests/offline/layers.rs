@@ -49,7 +49,7 @@ fn the_check_finds_a_use_upward_and_a_cycle() {
         "\nfn upward() -> crate::walk::Frame { todo!() }\n",
     );
     append(
-        "walk/end.rs",
+        "walk/ending.rs",
         "\nfn back() { crate::panic_hook::install_panic_hook(); }\n",
     );
     append(
@@ -72,7 +72,7 @@ fn the_check_finds_a_use_upward_and_a_cycle() {
         "{text}"
     );
     assert!(
-        text.contains("src/walk/end.rs (walk) uses src/panic_hook.rs (edge), a layer above it"),
+        text.contains("src/walk/ending.rs (walk) uses src/panic_hook.rs (edge), a layer above it"),
         "{text}"
     );
     assert!(

@@ -21,7 +21,7 @@ use core::cell::{Cell, RefCell};
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::{
-    as_stored, CodeMap, Frame, Lookup, Method, PcKind, StopReason, Walker, SCAN_MEMO_WORDS,
+    load_at_width, CodeMap, Frame, Lookup, Method, PcKind, StopReason, Walker, SCAN_MEMO_WORDS,
 };
 use crate::arch::Arch;
 use crate::memory::MemoryReader;
@@ -394,7 +394,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
                 // The last frame's registers come back from the replay's
                 // answer, not from `out`, which was just written a field at
                 // a time; each is read as stored.
-                let [pc, sp, fp] = last.each_ref().map(as_stored);
+                let [pc, sp, fp] = last.each_ref().map(load_at_width);
                 self.regs = A::caller(&self.regs, pc, sp, fp);
                 self.depth += n;
                 self.pending = None;
