@@ -95,7 +95,7 @@ pub trait Arch: Copy + core::fmt::Debug {
     /// if the pc lies in the function's prologue or epilogue, where an Apple
     /// compact encoding, which describes the body, does not hold yet or any
     /// more; `None` elsewhere. `mem` reads the stack and the code.
-    fn step_edge<M: MemoryReader>(
+    fn step_in_prologue<M: MemoryReader>(
         func_start: u64,
         regs: &Self::Regs,
         mem: &M,

@@ -563,6 +563,10 @@ pub struct Walker<A: Arch, M, C> {
     end_marked: bool,
 }
 
+/// What a step found: the caller's registers, the method that found it,
+/// and whether its pc is exact (a signal frame's).
+type Stepped<R> = (R, Method, bool);
+
 impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
     /// A walk starting at `regs`. `pc_kind` says whether the pc is the
     /// instruction itself (a signal context) or a return address (a
@@ -790,12 +794,48 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
 
     /// One step from `cur` to its caller.
     fn step(&mut self, cur: &Frame) -> Result<(A::Regs, Method, bool), StopReason> {
-        let regs = self.regs;
+        let lookup = self.lookup_for_step(cur)?;
         // Frame 0 and a frame interrupted by a signal may still hold their
         // return address in a register.
         let ra_in_register_ok = matches!(cur.method, Method::Context | Method::SignalFrame);
+        if let Some(next) = self.step_signal_frame(cur, &lookup) {
+            return Ok(next);
+        }
+        if ra_in_register_ok {
+            if let Some(next) = self.step_from_entry(cur, &lookup) {
+                return Ok(next);
+            }
+        }
+        if self.opts.use_tables {
+            let found = match lookup {
+                Lookup::SFrame(row) => {
+                    self.step_row(cur, &row, Method::SFrame, ra_in_register_ok)?
+                }
+                Lookup::Cfi(row) => self.step_row(cur, &row, Method::Cfi, ra_in_register_ok)?,
+                Lookup::Compact {
+                    encoding,
+                    func_start,
+                } => self.step_compact(cur, encoding, func_start, ra_in_register_ok)?,
+                Lookup::NoInfo | Lookup::Outside => None,
+            };
+            if let Some(next) = found {
+                return Ok(next);
+            }
+        }
+        if self.opts.use_frame_pointers {
+            if let Some(next) = self.step_frame_pointer(cur)? {
+                return Ok(next);
+            }
+        }
+        self.step_scan(cur)
+    }
+
+    /// The lookup a step starts from: the tables' row for the frame's pc,
+    /// or without tables only whether the pc is code (the outermost frame
+    /// ends the walk there, as its row would say).
+    fn lookup_for_step(&self, cur: &Frame) -> Result<Lookup, StopReason> {
         let key = cur.lookup_pc();
-        let lookup = if self.opts.use_tables {
+        Ok(if self.opts.use_tables {
             self.code.lookup(key)
         } else if self.code.is_outermost(key) {
             // What the tables' outermost row says: past the entry function
@@ -805,7 +845,13 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             Lookup::NoInfo
         } else {
             Lookup::Outside
-        };
+        })
+    }
+
+    /// The step across a signal trampoline: the interrupted registers from
+    /// the `ucontext` the kernel left on the stack.
+    fn step_signal_frame(&mut self, cur: &Frame, lookup: &Lookup) -> Option<Stepped<A::Regs>> {
+        let regs = self.regs;
         // An exact pc may lie inside a trampoline, up to its system call (a
         // signal landed after its first instruction), with the stack as at
         // its start.
@@ -843,31 +889,39 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
                             .is_sigreturn::<A>(cur.pc.wrapping_sub(A::SIGRETURN_CALL_AT))
             }
         };
-        if trampoline && self.signal_frames < MAX_SIGNAL_FRAMES {
-            // A trampoline reached from a link register (a handler without a
-            // row) has the handler's sp, which the handler may have moved
-            // since: only a lower bound of its own.
-            let from_link = cur.method == Method::Entry && A::link_register(&regs).is_some();
-            let exact = sp_exact::<A>(cur.method) && !from_link;
-            if let Ok(next) = A::signal_frame_regs(&regs, exact, &self.mem) {
-                // The handler may run on an alternate stack, below or above
-                // the interrupted one: no sp ordering across a signal frame,
-                // so the number crossed is what bounds the walk.
-                if A::pc(&next) != 0 && A::sp(&next) != 0 {
-                    self.signal_frames += 1;
-                    self.mem.enter_stack(A::sp(&next));
-                    return Ok((next, Method::SignalFrame, true));
-                }
-            }
+        if !trampoline || self.signal_frames >= MAX_SIGNAL_FRAMES {
+            return None;
         }
+        // A trampoline reached from a link register (a handler without a
+        // row) has the handler's sp, which the handler may have moved
+        // since: only a lower bound of its own.
+        let from_link = cur.method == Method::Entry && A::link_register(&regs).is_some();
+        let exact = sp_exact::<A>(cur.method) && !from_link;
+        let next = A::signal_frame_regs(&regs, exact, &self.mem).ok()?;
+        // The handler may run on an alternate stack, below or above the
+        // interrupted one: no sp ordering across a signal frame, so the
+        // number crossed is what bounds the walk.
+        if A::pc(&next) == 0 || A::sp(&next) == 0 {
+            return None;
+        }
+        self.signal_frames += 1;
+        self.mem.enter_stack(A::sp(&next));
+        Some((next, Method::SignalFrame, true))
+    }
+
+    /// The step for a frame that holds its return address in a register
+    /// (frame 0, or one a signal interrupted) where the tables have no row:
+    /// the caller as at a function's first instruction.
+    fn step_from_entry(&self, cur: &Frame, lookup: &Lookup) -> Option<Stepped<A::Regs>> {
+        let regs = self.regs;
         // A precise pc in no known code: most likely a call through a bad
         // pointer, which ran no instruction of the callee. The frame pointer
         // still holds the calling function's frame, so a frame-pointer step
         // would skip that function, the one that made the bad call.
-        if matches!(lookup, Lookup::Outside) && cur.pc_kind.is_exact() && ra_in_register_ok {
+        if matches!(lookup, Lookup::Outside) && cur.pc_kind.is_exact() {
             if let Ok(next) = A::at_entry(&regs, &self.mem) {
                 if self.after_call(A::pc(&next)) && self.accept_with(cur, &next, true) {
-                    return Ok((next, Method::Entry, false));
+                    return Some((next, Method::Entry, false));
                 }
             }
         }
@@ -877,7 +931,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
         // register is not stale, and a frame-pointer step would skip both it
         // and the interrupted pc. (Once the record holds it, the
         // frame-pointer step finds it, with the handler's sp.)
-        if ra_in_register_ok && matches!(lookup, Lookup::NoInfo | Lookup::Outside) {
+        if matches!(lookup, Lookup::NoInfo | Lookup::Outside) {
             let lr = A::link_register(&regs).map(A::strip_pac);
             let in_record = || {
                 let saved = A::step_frame_pointer(&regs, &self.mem).ok();
@@ -886,109 +940,117 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             if lr.is_some_and(|lr| self.code.is_known_trampoline(lr)) && !in_record() {
                 if let Ok(next) = A::at_entry(&regs, &self.mem) {
                     if self.accept_with(cur, &next, true) {
-                        return Ok((next, Method::Entry, false));
+                        return Some((next, Method::Entry, false));
                     }
                 }
             }
         }
+        None
+    }
+
+    /// The step by an SFrame or DWARF CFI row (`method` says which).
+    fn step_row(
+        &mut self,
+        cur: &Frame,
+        row: &Row,
+        method: Method,
+        ra_in_register_ok: bool,
+    ) -> Result<Option<Stepped<A::Regs>>, StopReason> {
         // A scanned frame may be a stale one, its sp only the scan's guess:
         // a zero its row reads proves nothing, and a further scan may still
         // find the caller.
         let scanned = cur.method == Method::Scan;
-        if self.opts.use_tables {
-            match lookup {
-                Lookup::SFrame(row) | Lookup::Cfi(row) => {
-                    let method = if matches!(lookup, Lookup::Cfi(_)) {
-                        Method::Cfi
-                    } else {
-                        Method::SFrame
-                    };
-                    if row.ra == RegRule::Undefined {
-                        return Err(StopReason::Outermost);
-                    }
-                    let sp_based = matches!(row.cfa, CfaRule::SpPlus(_));
-                    if !sp_exact::<A>(cur.method) && sp_based {
-                        if let Some(next) = self.step_sframe_inexact_sp(&row, cur) {
-                            return Ok((next, method, false));
-                        }
-                    } else {
-                        let ra_in_register = row.ra == RegRule::SameValue && ra_in_register_ok;
-                        match A::step_sframe(&row, &regs, &self.mem, ra_in_register_ok) {
-                            Ok(next) if A::pc(&next) == 0 && !scanned => {
-                                return Err(StopReason::ReturnAddressZero)
-                            }
-                            Ok(next) if self.accept_with(cur, &next, ra_in_register) => {
-                                return Ok((next, method, false))
-                            }
-                            Err(StepError::Outermost) => return Err(StopReason::Outermost),
-                            _ => {}
-                        }
-                    }
-                }
-                Lookup::Compact {
-                    encoding,
-                    func_start,
-                } => {
-                    let mem = StackThenCode {
-                        stack: &self.mem,
-                        code: &self.code,
-                    };
-                    let ok = ra_in_register_ok;
-                    // An exact pc may lie in a prologue or epilogue, where no
-                    // encoding holds: the code there gives the caller (for
-                    // any encoding but null, whose entry may cover no
-                    // function).
-                    let edge = if ok && encoding != 0 {
-                        A::step_edge(func_start, &regs, &mem)
-                    } else {
-                        Ok(None)
-                    };
-                    // DWARF and null encodings, and broken frames, fall
-                    // through to frame pointers.
-                    let step = match edge {
-                        Ok(Some(next)) => Some(next),
-                        Ok(None) => A::step_compact(encoding, func_start, &regs, &mem, ok).ok(),
-                        Err(_) => None,
-                    };
-                    match step {
-                        Some(next) if A::pc(&next) == 0 && !scanned => {
-                            return Err(StopReason::ReturnAddressZero)
-                        }
-                        Some(next) if self.accept_with(cur, &next, ok) => {
-                            return Ok((next, Method::CompactUnwind, false))
-                        }
-                        _ => {}
-                    }
-                }
-                Lookup::NoInfo | Lookup::Outside => {}
-            }
+        if row.ra == RegRule::Undefined {
+            return Err(StopReason::Outermost);
         }
-        if self.opts.use_frame_pointers {
-            if let Ok(next) = A::step_frame_pointer(&regs, &self.mem) {
-                // A zero return address ends the walk only under a frame
-                // pointer the walk has reason to trust: in an interrupted or
-                // first frame, or after a scan, the register may be any
-                // pointer (to a zeroed buffer, say), and a scan may still
-                // find the caller.
-                let guessed_fp = matches!(
-                    cur.method,
-                    Method::Context | Method::SignalFrame | Method::Scan
-                );
-                if A::pc(&next) == 0 {
-                    if !guessed_fp {
-                        return Err(StopReason::ReturnAddressZero);
-                    }
-                } else if self.accept(cur, &next) {
-                    return Ok((next, Method::FramePointer, false));
-                }
-            }
+        let sp_based = matches!(row.cfa, CfaRule::SpPlus(_));
+        if !sp_exact::<A>(cur.method) && sp_based {
+            return Ok(self
+                .step_sframe_inexact_sp(row, cur)
+                .map(|next| (next, method, false)));
         }
+        let ra_in_register = row.ra == RegRule::SameValue && ra_in_register_ok;
+        match A::step_sframe(row, &self.regs, &self.mem, ra_in_register_ok) {
+            Ok(next) if A::pc(&next) == 0 && !scanned => Err(StopReason::ReturnAddressZero),
+            Ok(next) if self.accept_with(cur, &next, ra_in_register) => {
+                Ok(Some((next, method, false)))
+            }
+            Err(StepError::Outermost) => Err(StopReason::Outermost),
+            _ => Ok(None),
+        }
+    }
+
+    /// The step by an Apple compact-unwind entry, or by the prologue or
+    /// epilogue an exact pc lies in.
+    fn step_compact(
+        &self,
+        cur: &Frame,
+        encoding: u32,
+        func_start: u64,
+        ra_in_register_ok: bool,
+    ) -> Result<Option<Stepped<A::Regs>>, StopReason> {
+        let regs = self.regs;
+        let scanned = cur.method == Method::Scan;
+        let mem = StackThenCode {
+            stack: &self.mem,
+            code: &self.code,
+        };
+        let ok = ra_in_register_ok;
+        // An exact pc may lie in a prologue or epilogue, where no encoding
+        // holds: the code there gives the caller (for any encoding but
+        // null, whose entry may cover no function).
+        let prologue = if ok && encoding != 0 {
+            A::step_in_prologue(func_start, &regs, &mem)
+        } else {
+            Ok(None)
+        };
+        // DWARF and null encodings, and broken frames, fall through to
+        // frame pointers.
+        let step = match prologue {
+            Ok(Some(next)) => Some(next),
+            Ok(None) => A::step_compact(encoding, func_start, &regs, &mem, ok).ok(),
+            Err(_) => None,
+        };
+        match step {
+            Some(next) if A::pc(&next) == 0 && !scanned => Err(StopReason::ReturnAddressZero),
+            Some(next) if self.accept_with(cur, &next, ok) => {
+                Ok(Some((next, Method::CompactUnwind, false)))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The step by the frame record the frame pointer points at.
+    fn step_frame_pointer(&self, cur: &Frame) -> Result<Option<Stepped<A::Regs>>, StopReason> {
+        let Ok(next) = A::step_frame_pointer(&self.regs, &self.mem) else {
+            return Ok(None);
+        };
+        // A zero return address ends the walk only under a frame pointer
+        // the walk has reason to trust: in an interrupted or first frame,
+        // or after a scan, the register may be any pointer (to a zeroed
+        // buffer, say), and a scan may still find the caller.
+        let guessed_fp = matches!(
+            cur.method,
+            Method::Context | Method::SignalFrame | Method::Scan
+        );
+        if A::pc(&next) == 0 {
+            if !guessed_fp {
+                return Err(StopReason::ReturnAddressZero);
+            }
+        } else if self.accept(cur, &next) {
+            return Ok(Some((next, Method::FramePointer, false)));
+        }
+        Ok(None)
+    }
+
+    /// The last resort: a scan of the stack for a return address.
+    fn step_scan(&mut self, cur: &Frame) -> Result<Stepped<A::Regs>, StopReason> {
         // A frame pointer of 0 reached through the frame-pointer chain is
         // the ABI's end marker (`_start` and new threads clear it): this is
         // the outermost frame, and scanning past it only finds stale words.
         // Checked before the scan limit, so the reason does not depend on
         // how scanning was turned off.
-        if cur.method == Method::FramePointer && A::fp(&regs) == 0 {
+        if cur.method == Method::FramePointer && A::fp(&self.regs) == 0 {
             return Err(StopReason::Outermost);
         }
         if self.scans_in_a_row >= self.opts.max_scans_in_a_row {

@@ -194,7 +194,7 @@ impl Arch for Aarch64 {
     }
 
     /// See `prologue::caller`.
-    fn step_edge<M: MemoryReader>(
+    fn step_in_prologue<M: MemoryReader>(
         func_start: u64,
         r: &Regs,
         mem: &M,
