@@ -154,7 +154,7 @@ def brace_items(code, start):
     return out
 
 
-def uses(rel, code, known):
+def uses(rel, code, known, children):
     me = module_path(rel)
     # Paths are resolved from the file's own module: an inline `mod tests`
     # inside it resolves `super::` to the file itself.
@@ -188,6 +188,12 @@ def uses(rel, code, known):
                 hi = mid - 1
         return lo
 
+    # Paths into the file's own child modules, named bare (`fast::run`).
+    for m in re.finditer(r"(?<![\w:])(\w+)((?:::[A-Za-z_][A-Za-z0-9_]*)+)", code):
+        if m.group(1) in children:
+            target = file_of(list(me) + [m.group(1)] + m.group(2).strip(":").split("::"), known)
+            if target != rel:
+                found.add(target)
     for m in PATH.finditer(code):
         head, rest = m.group(1), m.group(2)
         inline = line_of(m.start()) in inline_depth_lines
@@ -242,8 +248,13 @@ def collect_reexports(known):
 
 
 def is_parent(parent, child):
-    """Whether `parent` is the mod.rs of the folder holding `child`."""
-    return parent.endswith("/mod.rs") and os.path.dirname(child) == os.path.dirname(parent) and child != parent
+    """Whether `parent` is the module file of the folder holding `child`:
+    `walk/mod.rs` of `walk/fast.rs`, `markup.rs` of `markup/sink.rs`."""
+    if parent == child:
+        return False
+    if parent.endswith("/mod.rs"):
+        return os.path.dirname(child) == os.path.dirname(parent)
+    return os.path.dirname(child) == parent[: -len(".rs")]
 
 
 def main():
@@ -258,8 +269,16 @@ def main():
             continue
         code = strip_comments_and_strings(open(os.path.join(ROOT, rel)).read())
         # A folder's mod.rs declares and re-exports its children.
-        own = [l for l in code.split("\n") if not re.match(r"\s*(#\[.*\]\s*)*(pub(\([a-z]+\))?\s+)?(mod\s+\w+;|use\s+(self|super)?::?\w*)", l) or "crate::" in l]
-        targets = uses(rel, "\n".join(own) if rel.endswith(("mod.rs", "lib.rs")) else code, known)
+        # A parent declares its children (`mod x;`) and re-exports their
+        # items (`pub use x::Item;`): neither is a use of the child.
+        children = set(re.findall(r"\bmod\s+(\w+)\s*;", code))
+        declared = re.sub(r"(?m)^\s*(#\[[^\n]*\]\s*)*(pub(\([a-z]+\))?\s+)?mod\s+\w+\s*;", "", code)
+        declared = re.sub(
+            r"(?s)(pub(\([a-z]+\))?\s+)?use\s+(\w+)::[^;]*;",
+            lambda m: "" if m.group(3) in children else m.group(0),
+            declared,
+        )
+        targets = uses(rel, declared, known, children)
         graph[rel] = targets
         for t in sorted(targets):
             trank, tname = layer_of(t)
