@@ -19,24 +19,11 @@ mod registry;
 mod table;
 
 pub use lookup::CfiFallback;
-pub use module::{Module, Segment};
+pub use module::{Module, Segment, MAX_BUILD_ID, MAX_NAME, MAX_SEGMENTS};
 pub(crate) use registry::refresh_with;
 pub use registry::{current, RefreshError, TableGuard, REFRESH_WAIT};
-pub use table::Table;
+pub use table::{Table, MAX_MODULES, MAX_TRAMPOLINES};
 
-/// Most modules the table holds; further modules are left out (and counted
-/// in [`Table::dropped_modules`]).
-pub const MAX_MODULES: usize = 512;
-/// Most `PT_LOAD` segments kept per module; further segments are left out,
-/// data before code ([`Module::push_segment`]).
-pub const MAX_SEGMENTS: usize = 8;
-/// Longest module path kept, in bytes; longer paths keep their tail.
-pub const MAX_NAME: usize = 192;
-/// Longest build ID kept, in bytes (GNU build IDs are 20).
-pub const MAX_BUILD_ID: usize = 32;
-/// Most signal-return trampolines remembered: the C library's or the
-/// vDSO's, and the restorers runtimes installed themselves.
-pub const MAX_TRAMPOLINES: usize = 8;
 
 #[cfg(test)]
 mod tests {

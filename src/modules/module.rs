@@ -5,7 +5,13 @@ use crate::formats::compact_unwind::UnwindInfo;
 use crate::formats::elf::{PF_R, PF_W, PF_X};
 use crate::formats::sframe::SFrame;
 
-use super::{MAX_BUILD_ID, MAX_NAME, MAX_SEGMENTS};
+/// Most `PT_LOAD` segments kept per module; further segments are left out,
+/// data before code ([`Module::push_segment`]).
+pub const MAX_SEGMENTS: usize = 8;
+/// Longest module path kept, in bytes; longer paths keep their tail.
+pub const MAX_NAME: usize = 192;
+/// Longest build ID kept, in bytes (GNU build IDs are 20).
+pub const MAX_BUILD_ID: usize = 32;
 
 /// One loaded segment of a module.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -2,7 +2,14 @@
 
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use super::{Module, MAX_MODULES, MAX_TRAMPOLINES};
+use super::Module;
+
+/// Most modules the table holds; further modules are left out (and counted
+/// in [`Table::dropped_modules`]).
+pub const MAX_MODULES: usize = 512;
+/// Most signal-return trampolines remembered: the C library's or the
+/// vDSO's, and the restorers runtimes installed themselves.
+pub const MAX_TRAMPOLINES: usize = 8;
 
 /// A snapshot of the loaded modules, in fixed memory.
 #[derive(Debug)]
