@@ -8,10 +8,8 @@ A file uses another when its code (comments and strings aside) names an
 item through a path into it: `crate::walk::Frame` uses src/walk/mod.rs,
 `super::thread_table::X` in src/sys/linux.rs uses src/sys/thread_table.rs.
 Module declarations (`mod x;`) and re-exports in a folder's own mod.rs do
-not count as uses: a parent declares its children. A file's use of its own
-folder's mod.rs (its parent module, whose types its `impl` blocks extend:
-`walk/ending.rs` on `Walker`) does not count towards a cycle, since Rust
-scopes a parent and its children as one module; every other use does. The layers, lowest
+not count as uses: a parent declares its children. Paths into a file's own
+child modules (`fast::run`) do. The layers, lowest
 first, are LAYERS below; docs/ARCHITECTURE.md gives the reasons.
 Exits 1 and names each offending use, or each cycle, if there is one.
 """
@@ -247,16 +245,6 @@ def collect_reexports(known):
                 REEXPORTS[tuple(me + [p[-1]])] = target
 
 
-def is_parent(parent, child):
-    """Whether `parent` is the module file of the folder holding `child`:
-    `walk/mod.rs` of `walk/fast.rs`, `markup.rs` of `markup/sink.rs`."""
-    if parent == child:
-        return False
-    if parent.endswith("/mod.rs"):
-        return os.path.dirname(child) == os.path.dirname(parent)
-    return os.path.dirname(child) == parent[: -len(".rs")]
-
-
 def main():
     known = set(files())
     collect_reexports(known)
@@ -293,7 +281,7 @@ def main():
         stack.append(v)
         on.add(v)
         for w in graph.get(v, ()):
-            if w not in graph or is_parent(w, v):
+            if w not in graph:
                 continue
             if w not in index:
                 strong(w)

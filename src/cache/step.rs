@@ -24,7 +24,7 @@
 //! entry's cache line. Entries stay 24 bytes: padding them to 32 (one pair
 //! a line) cost instructions and gained no time.
 use super::seq::SeqCache;
-use crate::walk::fast::Answer;
+use crate::walk::answer::Answer;
 
 /// Number of entries: 8192 × 24 bytes = 192 KiB.
 pub const ENTRIES: usize = 8192;
@@ -52,7 +52,7 @@ pub fn clear() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::walk::fast::SimpleRule;
+    use crate::walk::answer::SimpleRule;
 
     #[test]
     fn every_kind_of_answer_round_trips() {

@@ -10,7 +10,7 @@
 use core::sync::atomic::AtomicU64;
 
 use super::seq::SeqCache;
-use crate::walk::ending::{END_HEAD, END_WORDS};
+use crate::walk::{END_HEAD, END_WORDS};
 
 /// Number of entries: 32 × 600 bytes = 19 KiB.
 pub const ENTRIES: usize = 32;

@@ -5,7 +5,7 @@ use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::table::ENTRY_SPAN;
 use super::{Module, Table};
-use crate::walk::fast::Answer;
+use crate::walk::answer::Answer;
 use crate::walk::{CodeMap, Lookup};
 
 impl Table {
@@ -17,7 +17,7 @@ impl Table {
         // is kept in the step cache, and a general step that needs the row
         // caches it itself. A cold walk's first sight of each pc then pays
         // for one cache, not two.
-        let hot = crate::walk::fast::classify_at(self, key, &self.lookup_uncached(key));
+        let hot = crate::walk::classify_at(self, key, &self.lookup_uncached(key));
         crate::cache::step::put(key, self.cache_gen, hot);
         hot
     }
@@ -258,7 +258,7 @@ impl CodeMap for Table {
     }
 
     fn remember_end(&self, key: u64, words: &[u64; crate::walk::END_WORDS]) {
-        crate::cache::walk_ends::put(key, self.cache_gen, words, crate::walk::ending::used);
+        crate::cache::walk_ends::put(key, self.cache_gen, words, crate::walk::walk_end_used);
     }
 
     /// Remembered in the rule cache: stack scanning asks this of the same

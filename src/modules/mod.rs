@@ -341,7 +341,7 @@ mod tests {
         // The hot path leaves such a pc to the general step, with or
         // without tables.
         let hot = t.answer_at(entry + 5, t.answer_generation());
-        assert_eq!(hot.kind(), crate::walk::fast::AnswerKind::Slow);
+        assert_eq!(hot.kind(), crate::walk::answer::AnswerKind::Slow);
     }
 
     #[test]

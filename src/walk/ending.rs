@@ -20,58 +20,21 @@
 use core::cell::{Cell, RefCell};
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use super::{
-    load_at_width, CodeMap, Frame, Lookup, Method, PcKind, StopReason, Walker, SCAN_MEMO_WORDS,
-};
+use super::code_map::CodeMap;
+use super::end_words::*;
+use super::frame::{Frame, Lookup, Method, PcKind, StopReason, SCAN_MEMO_WORDS};
 use crate::arch::Arch;
 use crate::memory::MemoryReader;
 
-/// The most frames a remembered end holds.
-pub(crate) const END_FRAMES: usize = 6;
-/// The most failed reads a remembered end holds.
-const END_FAILS: usize = 4;
-/// The most stack words a remembered end's window holds.
-const END_WINDOW: usize = 48;
-
-// Word indexes of an entry. Words 0 to `OPTS` are the state it starts
-// from: pc, sp, frame pointer, the frame's method, precision and scans in
-// a row, and the walk's options.
-const OPTS: usize = 4;
-/// Frame count, stop reason, window length and failed-read count, a byte
-/// each; a frame count of 0 marks a state whose walk does not end within
-/// [`END_FRAMES`] general steps (not worth recording again), and a header
-/// of [`SEEN`] one reached once, not yet recorded.
-const HEADER: usize = 5;
-const SEEN: u64 = 1 << 32;
-const WINDOW_LO: usize = 6;
-const LAST_FP: usize = 7;
-/// A byte per frame: method code, and bit 7 for an exact pc.
-const METHODS: usize = 8;
-/// Words at the start of every entry.
-pub(crate) const END_HEAD: usize = 9;
-const FRAMES_AT: usize = END_HEAD;
-const FAILS_AT: usize = FRAMES_AT + 2 * END_FRAMES;
-const WINDOW_AT: usize = FAILS_AT + END_FAILS;
-/// Words in a remembered walk end ([`CodeMap::recall_end`]).
-pub const END_WORDS: usize = WINDOW_AT + END_WINDOW;
-
-/// How many words of an entry with this head are in use.
-pub(crate) fn used(head: &[u64]) -> usize {
-    match head[HEADER] {
-        SEEN => END_HEAD,
-        h => WINDOW_AT + (h >> 16 & 0xff) as usize,
-    }
-}
-
 /// An entry starting from `state` with header `header` and nothing else.
-fn head(state: [u64; OPTS + 1], header: u64) -> [u64; END_WORDS] {
+pub(super) fn head(state: [u64; OPTS + 1], header: u64) -> [u64; END_WORDS] {
     let mut e = [0u64; END_WORDS];
     e[..=OPTS].copy_from_slice(&state);
     e[HEADER] = header;
     e
 }
 
-fn method_code(m: Method) -> u64 {
+pub(super) fn method_code(m: Method) -> u64 {
     match m {
         Method::Context => 0,
         Method::SFrame => 1,
@@ -84,7 +47,7 @@ fn method_code(m: Method) -> u64 {
     }
 }
 
-fn method_from(code: u64) -> Option<Method> {
+pub(super) fn method_from(code: u64) -> Option<Method> {
     Some(match code {
         1 => Method::SFrame,
         3 => Method::FramePointer,
@@ -94,7 +57,7 @@ fn method_from(code: u64) -> Option<Method> {
     })
 }
 
-fn stop_code(s: StopReason) -> u64 {
+pub(super) fn stop_code(s: StopReason) -> u64 {
     match s {
         StopReason::Outermost => 1,
         StopReason::ReturnAddressZero => 2,
@@ -113,7 +76,7 @@ fn stop_from(code: u64) -> Option<StopReason> {
 }
 
 /// What a remembered entry gives the walk's state.
-enum Recalled {
+pub(super) enum Recalled {
     /// Another state's entry (or none).
     Other,
     /// The state was reached once: record its end now.
@@ -137,7 +100,7 @@ enum Recalled {
 /// method and `room` how many frames the depth limit leaves. The entry may
 /// be torn (its cache discards the answer then), so every count in it is
 /// bounded before use.
-fn replay<M: MemoryReader>(
+pub(super) fn replay<M: MemoryReader>(
     mem: &M,
     e: &[AtomicU64; END_WORDS],
     state: &[u64; OPTS + 1],
@@ -203,7 +166,7 @@ fn replay<M: MemoryReader>(
 /// The `nw` (at most [`END_WINDOW`]) stack words at `lo`, read at once into
 /// `buf`; `None` if any of them is unreadable.
 #[inline(always)]
-fn read_window<'b, M: MemoryReader>(
+pub(super) fn read_window<'b, M: MemoryReader>(
     mem: &M,
     lo: u64,
     nw: usize,
@@ -226,9 +189,9 @@ fn read_window<'b, M: MemoryReader>(
 /// a saved register on any register, and the state holds only those two),
 /// and whether a pc outside every module is a signal trampoline, which
 /// reads memory that may change while the table does not.
-struct Noting<'c, C> {
-    inner: &'c C,
-    spoiled: Cell<bool>,
+pub(super) struct Noting<'c, C> {
+    pub(super) inner: &'c C,
+    pub(super) spoiled: Cell<bool>,
 }
 
 impl<C: CodeMap> CodeMap for Noting<'_, C> {
@@ -278,24 +241,24 @@ impl<C: CodeMap> CodeMap for Noting<'_, C> {
 }
 
 /// A memory reader that notes every read, for a recording.
-struct Recorder<'a, M> {
-    inner: &'a M,
-    log: RefCell<Log>,
+pub(super) struct Recorder<'a, M> {
+    pub(super) inner: &'a M,
+    pub(super) log: RefCell<Log>,
 }
 
 /// The reads of a recording, in order (a word read twice is noted twice:
 /// the window folds them): successful stack-word reads and failed ones.
 /// `spoiled` marks a recording that may not be kept.
-struct Log {
-    reads: [(u64, u64); LOG_READS],
-    n: usize,
-    fails: [u64; END_FAILS],
-    n_fails: usize,
-    spoiled: bool,
+pub(super) struct Log {
+    pub(super) reads: [(u64, u64); LOG_READS],
+    pub(super) n: usize,
+    pub(super) fails: [u64; END_FAILS],
+    pub(super) n_fails: usize,
+    pub(super) spoiled: bool,
 }
 
 /// The most reads a recording notes.
-const LOG_READS: usize = 64;
+pub(super) const LOG_READS: usize = 64;
 
 impl Log {
     fn note(&mut self, addr: u64, word: Option<u64>) {
@@ -329,220 +292,5 @@ impl<M: MemoryReader> MemoryReader for Recorder<'_, M> {
     }
     fn is_stack(&self, addr: u64) -> bool {
         self.inner.is_stack(addr)
-    }
-}
-
-impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
-    /// The pending frame's state as an entry's first words and the key
-    /// they hash to, if a walk end from it may be remembered.
-    fn end_state(&self) -> Option<([u64; OPTS + 1], u64)> {
-        let cur = self.pending?;
-        // At the depth limit the general step gives the stop, which
-        // depends on the depth: nothing to remember.
-        if matches!(cur.method, Method::Context | Method::SignalFrame)
-            || self.depth + 1 >= self.opts.max_depth
-        {
-            return None;
-        }
-        let scans = u8::try_from(self.scans_in_a_row).ok()?;
-        let o = &self.opts;
-        let opts = u64::from(o.use_tables)
-            | u64::from(o.use_frame_pointers) << 1
-            | u64::from(u16::try_from(o.max_scans_in_a_row).ok()?) << 8
-            | u64::from(u32::try_from(o.scan_words).ok()?) << 32;
-        let state = method_code(cur.method)
-            | u64::from(cur.pc_kind.is_exact()) << 3
-            | u64::from(scans) << 8;
-        let words = [cur.pc, cur.sp, A::fp(&self.regs), state, opts];
-        // Rotations and exclusive ors only: the cache's slot function
-        // multiplies the key anyway, and the replay compares every word, so
-        // a chain of multiplies here only delayed the probe.
-        let key = words
-            .iter()
-            .zip([0, 17, 29, 41, 53])
-            .fold(0u64, |h, (&w, r)| h ^ w.rotate_left(r));
-        Some((words, key))
-    }
-
-    /// Ends the walk from the pending frame into `out` with a remembered
-    /// end, or with the general step while recording one; `None` leaves the
-    /// frame to the general step (no end may be remembered from it).
-    pub(super) fn fill_end(&mut self, out: &mut [Frame]) -> Option<usize> {
-        let (state, key) = self.end_state()?;
-        let first = self.pending?.method;
-        let room = self.opts.max_depth - self.depth;
-        let mem = &self.mem;
-        // The entry is read where it is stored, not copied out first: the
-        // replay reads each word once, as it checks or takes it.
-        let recalled = self
-            .code
-            .recall_end(key, |e| replay(mem, e, &state, first, room, out));
-        match recalled.unwrap_or(Recalled::Other) {
-            Recalled::Other => {
-                // Record only from a state seen before: a walk made once (a
-                // crash report) never pays for a recording it cannot use.
-                // One mark per walk: where its end starts is found over
-                // later walks.
-                if !core::mem::replace(&mut self.end_marked, true) {
-                    self.code.remember_end(key, &head(state, SEEN));
-                }
-                None
-            }
-            Recalled::NotWorth => None,
-            Recalled::Seen | Recalled::Stale => Some(self.record(state, key, out)),
-            Recalled::Replayed { n, stop, ref last } => {
-                // The last frame's registers come back from the replay's
-                // answer, not from `out`, which was just written a field at
-                // a time; each is read as stored.
-                let [pc, sp, fp] = last.each_ref().map(load_at_width);
-                self.regs = A::caller(&self.regs, pc, sp, fp);
-                self.depth += n;
-                self.pending = None;
-                self.next_hot = None;
-                self.stop = stop;
-                Some(n)
-            }
-        }
-    }
-
-    /// Takes general steps from the pending frame into `out`, reading
-    /// through a recorder, and remembers them if they end the walk within
-    /// [`END_FRAMES`] frames and may be replayed. Out of line: its log and
-    /// second walker would otherwise enlarge every walk's stack frame.
-    #[inline(never)]
-    fn record(&mut self, state: [u64; OPTS + 1], key: u64, out: &mut [Frame]) -> usize {
-        let rec = Recorder {
-            inner: &self.mem,
-            log: RefCell::new(Log {
-                reads: [(0, 0); LOG_READS],
-                n: 0,
-                fails: [0; END_FAILS],
-                n_fails: 0,
-                spoiled: false,
-            }),
-        };
-        let entry = self.regs;
-        let noting = Noting {
-            inner: &self.code,
-            spoiled: Cell::new(false),
-        };
-        let mut sub = Walker::<A, &Recorder<'_, M>, &Noting<'_, C>> {
-            regs: self.regs,
-            mem: &rec,
-            code: &noting,
-            opts: self.opts,
-            pending: self.pending,
-            depth: self.depth,
-            scans_in_a_row: self.scans_in_a_row,
-            signal_frames: self.signal_frames,
-            last_code: core::cell::Cell::new(self.last_code.get()),
-            next_hot: None,
-            stop: self.stop,
-            end_marked: true,
-        };
-        let limit = out.len().min(END_FRAMES);
-        let mut n = 0;
-        // Only the frame pointer, pc and sp may change along the way.
-        let mut exact = true;
-        while n < limit {
-            let Some(f) = sub.next_general() else {
-                break;
-            };
-            out[n] = f;
-            n += 1;
-            let r = sub.regs;
-            exact &= A::caller(&entry, A::pc(&r), A::sp(&r), A::fp(&r)) == r;
-            if sub.pending.is_none() {
-                break;
-            }
-        }
-        self.last_code.set(sub.last_code.get());
-        self.regs = sub.regs;
-        self.pending = sub.pending;
-        self.depth = sub.depth;
-        self.scans_in_a_row = sub.scans_in_a_row;
-        self.signal_frames = sub.signal_frames;
-        self.stop = sub.stop;
-        self.next_hot = None;
-        let log = rec.log.into_inner();
-        let entry = if self.pending.is_some() {
-            // Still walking: not worth recording from here again only if
-            // the steps, not the buffer, ran out.
-            (n == END_FRAMES).then_some(None)
-        } else if self.stop == StopReason::DepthLimit {
-            // Depends on the depth, not on the state: try again later.
-            None
-        } else {
-            // With no signal frames left to cross, a trampoline was
-            // stepped as other code: not what a replay may assume.
-            let budget_ok = self.signal_frames < super::MAX_SIGNAL_FRAMES;
-            let methods_ok = out[1..n]
-                .iter()
-                .all(|f| method_from(method_code(f.method)).is_some());
-            Some(
-                if exact && methods_ok && budget_ok && !log.spoiled && !noting.spoiled.get() {
-                    self.entry(state, &out[..n], &log)
-                } else {
-                    None
-                },
-            )
-        };
-        // A recording that may not be kept marks its state as not worth
-        // recording again.
-        if let Some(e) = entry {
-            let e = e.unwrap_or_else(|| head(state, 0));
-            self.code.remember_end(key, &e);
-        }
-        n
-    }
-
-    /// The entry for a recording that ended the walk with `frames`, if its
-    /// reads fit a window of stack words that still reads back the same.
-    fn entry(
-        &self,
-        state: [u64; OPTS + 1],
-        frames: &[Frame],
-        log: &Log,
-    ) -> Option<[u64; END_WORDS]> {
-        let mut e = head(state, 0);
-        let reads = &log.reads[..log.n];
-        let lo = reads.iter().map(|r| r.0).min().unwrap_or(0);
-        let mut nw = 0;
-        for &(addr, _) in reads {
-            let off = addr - lo;
-            if off % 8 != 0 || off / 8 >= END_WINDOW as u64 {
-                return None;
-            }
-            nw = nw.max(off as usize / 8 + 1);
-        }
-        let mut buf = [0u8; END_WINDOW * 8];
-        let window = read_window(&self.mem, lo, nw, &mut buf)?;
-        for (w, v) in e[WINDOW_AT..WINDOW_AT + nw].iter_mut().zip(window) {
-            *w = v;
-        }
-        for &(addr, word) in reads {
-            if e[WINDOW_AT + ((addr - lo) / 8) as usize] != word {
-                return None;
-            }
-        }
-        let fails = &log.fails[..log.n_fails];
-        if fails.iter().any(|&a| self.mem.read_u64(a).is_some()) {
-            return None;
-        }
-        e[FAILS_AT..FAILS_AT + fails.len()].copy_from_slice(fails);
-        let last = frames.last()?;
-        e[HEADER] = frames.len() as u64
-            | stop_code(self.stop) << 8
-            | (nw as u64) << 16
-            | (fails.len() as u64) << 24;
-        e[WINDOW_LO] = lo;
-        e[LAST_FP] = A::fp(&self.regs);
-        for (i, f) in frames.iter().enumerate() {
-            e[FRAMES_AT + 2 * i] = f.pc;
-            e[FRAMES_AT + 2 * i + 1] = f.sp;
-            e[METHODS] |= (method_code(f.method) | u64::from(f.pc_kind.is_exact()) << 7) << (8 * i);
-        }
-        debug_assert_eq!((last.pc, last.sp), (A::pc(&self.regs), A::sp(&self.regs)));
-        Some(e)
     }
 }

@@ -3,7 +3,9 @@
 use super::*;
 use crate::arch::aarch64::{self, Aarch64};
 use crate::arch::x86_64::{self, X86_64};
+use crate::arch::Arch;
 use crate::formats::sframe::CfaRule;
+use crate::memory::MemoryReader;
 use crate::memory::SliceMemory;
 
 pub(crate) const CODE: u64 = 0x40_0000;

@@ -196,7 +196,7 @@ impl<C: stackmark::walk::CodeMap> stackmark::walk::CodeMap for HalfCached<C> {
     fn is_sigreturn<A: stackmark::arch::Arch>(&self, pc: u64) -> bool {
         self.0.is_sigreturn::<A>(pc)
     }
-    fn cached_answer(&self, key: u64, context: u64) -> Option<stackmark::walk::fast::Answer> {
+    fn cached_answer(&self, key: u64, context: u64) -> Option<stackmark::walk::answer::Answer> {
         (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 63 == 0).then(|| self.answer_at(key, context))
     }
 }

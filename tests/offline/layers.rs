@@ -68,7 +68,7 @@ fn the_check_finds_a_use_upward_and_a_cycle() {
     let _ = std::fs::remove_dir_all(&dir);
     assert!(!out.status.success(), "{text}");
     assert!(
-        text.contains("src/sys/mod.rs (sys) uses src/walk/mod.rs (walk), a layer above it"),
+        text.contains("src/sys/mod.rs (sys) uses src/walk/frame.rs (walk), a layer above it"),
         "{text}"
     );
     assert!(
