@@ -73,7 +73,7 @@
 //! use stackmark::arch::x86_64::{Regs, X86_64};
 //! use stackmark::memory::SliceMemory;
 //! use stackmark::walk::{CodeMap, Lookup};
-//! use stackmark::{Method, WalkOptions, Walker};
+//! use stackmark::{Method, PcKind, WalkOptions, Walker};
 //!
 //! /// Code at 0x1000..0x2000 with no unwind table: frame pointers only.
 //! struct Code;
@@ -96,7 +96,7 @@
 //! let regions = [(0x8000, &stack[..])];
 //! let regs = Regs { rip: 0x1010, rsp: 0x8000, rbp: 0x8000, ..Regs::default() };
 //! let walker: Walker<X86_64, _, _> =
-//!     Walker::new(regs, true, SliceMemory::new(&regions), Code, WalkOptions::default());
+//!     Walker::new(regs, PcKind::Exact, SliceMemory::new(&regions), Code, WalkOptions::default());
 //! let frames: Vec<_> = walker.collect();
 //! assert_eq!(frames[1].pc, 0x1234);
 //! assert_eq!(frames[1].method, Method::FramePointer);
