@@ -31,6 +31,8 @@
 
 #![cfg(target_os = "linux")]
 
+mod support;
+
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -57,43 +59,6 @@ fn workdir(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
-}
-
-/// Runs a target binary; a foreign one (AArch64, under a qemu runner
-/// without binfmt) runs under qemu-aarch64.
-fn run_target(bin: &Path, args: &[&str], input: Option<&[u8]>) -> Output {
-    let spawn = |mut c: Command| {
-        let mut child = c
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()?;
-        let mut stdin = child.stdin.take().unwrap();
-        if let Some(i) = input {
-            stdin.write_all(i).unwrap();
-        }
-        drop(stdin);
-        child.wait_with_output()
-    };
-    let qemu = || {
-        let mut c = Command::new("qemu-aarch64");
-        c.args(["-L", "/usr/aarch64-linux-gnu"]).arg(bin).args(args);
-        spawn(c).unwrap()
-    };
-    let mut c = Command::new(bin);
-    c.args(args);
-    match spawn(c) {
-        Ok(out)
-            if cfg!(target_arch = "aarch64")
-                && out.status.code() == Some(127)
-                && out.stderr.is_empty() =>
-        {
-            qemu()
-        }
-        Ok(out) => out,
-        Err(e) if e.raw_os_error() == Some(8) => qemu(), // ENOEXEC
-        Err(e) => panic!("running {}: {e}", bin.display()),
-    }
 }
 
 fn tool(cmd: &mut Command) -> Output {
@@ -223,7 +188,7 @@ fn llvm(stores: &Stores, report: &str, demangle: bool) -> String {
 
 /// stackmark-symbolize's (stdout, stderr).
 fn ours(args: &[&str], report: &str) -> (String, String) {
-    let out = run_target(
+    let out = support::run_target(
         Path::new(env!("CARGO_BIN_EXE_stackmark-symbolize")),
         args,
         Some(report.as_bytes()),
@@ -585,13 +550,13 @@ fn stderr_report(out: &Output) -> String {
 
 #[test]
 fn a_crash_report_symbolizes_as_llvm_symbolizer_from_each_source() {
-    let out = run_target(&example("crash"), &["segv"], None);
+    let out = support::run_target(&example("crash"), &["segv"], None);
     check("crash", &stderr_report(&out), 8);
 }
 
 #[test]
 fn a_panic_report_symbolizes_as_llvm_symbolizer_from_each_source() {
-    let out = run_target(&example("panic"), &["main"], None);
+    let out = support::run_target(&example("panic"), &["main"], None);
     check("panic", &stderr_report(&out), 8);
 }
 
@@ -617,7 +582,7 @@ fn profile_as_backtrace(profile: &str) -> String {
 }
 
 fn profile_run() -> String {
-    let out = run_target(&example("profile"), &["1", "500"], None);
+    let out = support::run_target(&example("profile"), &["1", "500"], None);
     assert!(out.status.success(), "{}", stderr_report(&out));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
@@ -693,7 +658,7 @@ fn a_profile_symbolizes_as_llvm_symbolizer_from_each_source_and_folds() {
 
 #[test]
 fn without_symbols_frames_stay_module_and_offset_and_the_sources_tried_are_named() {
-    let out = run_target(&example("crash"), &["segv"], None);
+    let out = support::run_target(&example("crash"), &["segv"], None);
     let report = stderr_report(&out);
     let dir = workdir("nosyms");
     let (bp, gs, tree) = (dir.join("bp"), dir.join("gs"), dir.join("tree"));

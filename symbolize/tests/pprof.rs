@@ -18,6 +18,8 @@
 
 #![cfg(target_os = "linux")]
 
+mod support;
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -54,7 +56,11 @@ fn symbolize(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
         .collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     // An AArch64 build runs under qemu (the runner has no binfmt).
-    run_target(Path::new(env!("CARGO_BIN_EXE_stackmark-symbolize")), &args)
+    support::run_target(
+        Path::new(env!("CARGO_BIN_EXE_stackmark-symbolize")),
+        &args,
+        None,
+    )
 }
 
 /// `go tool pprof ARGS`, which must succeed: its standard output.
@@ -70,31 +76,6 @@ fn pprof(args: &[&str], env: &[(&str, &Path)]) -> String {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "pprof {args:?}: {err}");
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Runs a target binary; a foreign one (AArch64, under a qemu runner
-/// without binfmt) runs under qemu-aarch64.
-fn run_target(bin: &Path, args: &[&str]) -> Output {
-    let qemu = || {
-        Command::new("qemu-aarch64")
-            .args(["-L", "/usr/aarch64-linux-gnu"])
-            .arg(bin)
-            .args(args)
-            .output()
-            .unwrap()
-    };
-    match Command::new(bin).args(args).output() {
-        Ok(out)
-            if cfg!(target_arch = "aarch64")
-                && out.status.code() == Some(127)
-                && out.stderr.is_empty() =>
-        {
-            qemu()
-        }
-        Ok(out) => out,
-        Err(e) if e.raw_os_error() == Some(8) => qemu(), // ENOEXEC
-        Err(e) => panic!("running {}: {e}", bin.display()),
-    }
 }
 
 /// One run of the example, shared by the tests.
@@ -119,7 +100,7 @@ fn run() -> &'static Run {
             "{} is built by `cargo test --workspace`",
             bin.display()
         );
-        let out = run_target(&bin, &["1", "1000"]);
+        let out = support::run_target(&bin, &["1", "1000"], None);
         assert!(
             out.status.success(),
             "{}",
