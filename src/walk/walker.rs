@@ -48,9 +48,10 @@ pub struct Walker<A: Arch, M, C> {
     end_marked: bool,
 }
 
-/// What a step found: the caller's registers, the method that found it,
-/// and whether its pc is exact (a signal frame's).
-type Stepped<R> = (R, Method, bool);
+/// What a step found: the caller's registers and the method that found it
+/// (a [`Method::SignalFrame`] caller's pc is exact, any other's a return
+/// address).
+type Stepped<R> = (R, Method);
 
 impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
     /// A walk starting at `regs`. `pc_kind` says whether the pc is the
@@ -278,7 +279,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
     }
 
     /// One step from `cur` to its caller.
-    fn step(&mut self, cur: &Frame) -> Result<(A::Regs, Method, bool), StopReason> {
+    fn step(&mut self, cur: &Frame) -> Result<Stepped<A::Regs>, StopReason> {
         let lookup = self.lookup_for_step(cur)?;
         // Frame 0 and a frame interrupted by a signal may still hold their
         // return address in a register.
@@ -391,7 +392,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
         }
         self.signal_frames += 1;
         self.mem.enter_stack(A::sp(&next));
-        Some((next, Method::SignalFrame, true))
+        Some((next, Method::SignalFrame))
     }
 
     /// The step for a frame that holds its return address in a register
@@ -406,7 +407,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
         if matches!(lookup, Lookup::Outside) && cur.pc_kind.is_exact() {
             if let Ok(next) = A::at_entry(&regs, &self.mem) {
                 if self.after_call(A::pc(&next)) && self.accept_with(cur, &next, true) {
-                    return Some((next, Method::Entry, false));
+                    return Some((next, Method::Entry));
                 }
             }
         }
@@ -425,7 +426,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             if lr.is_some_and(|lr| self.code.is_known_trampoline(lr)) && !in_record() {
                 if let Ok(next) = A::at_entry(&regs, &self.mem) {
                     if self.accept_with(cur, &next, true) {
-                        return Some((next, Method::Entry, false));
+                        return Some((next, Method::Entry));
                     }
                 }
             }
@@ -452,14 +453,12 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
         if !sp_exact::<A>(cur.method) && sp_based {
             return Ok(self
                 .step_sframe_inexact_sp(row, cur)
-                .map(|next| (next, method, false)));
+                .map(|next| (next, method)));
         }
         let ra_in_register = row.ra == RegRule::SameValue && ra_in_register_ok;
         match A::step_sframe(row, &self.regs, &self.mem, ra_in_register_ok) {
             Ok(next) if A::pc(&next) == 0 && !scanned => Err(StopReason::ReturnAddressZero),
-            Ok(next) if self.accept_with(cur, &next, ra_in_register) => {
-                Ok(Some((next, method, false)))
-            }
+            Ok(next) if self.accept_with(cur, &next, ra_in_register) => Ok(Some((next, method))),
             Err(StepError::Outermost) => Err(StopReason::Outermost),
             _ => Ok(None),
         }
@@ -499,7 +498,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
         match step {
             Some(next) if A::pc(&next) == 0 && !scanned => Err(StopReason::ReturnAddressZero),
             Some(next) if self.accept_with(cur, &next, ok) => {
-                Ok(Some((next, Method::CompactUnwind, false)))
+                Ok(Some((next, Method::CompactUnwind)))
             }
             _ => Ok(None),
         }
@@ -523,7 +522,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
                 return Err(StopReason::ReturnAddressZero);
             }
         } else if self.accept(cur, &next) {
-            return Ok(Some((next, Method::FramePointer, false)));
+            return Ok(Some((next, Method::FramePointer)));
         }
         Ok(None)
     }
@@ -546,7 +545,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
 
     /// Looks upwards from sp for a word that points just after a call
     /// instruction in known code, or at a known signal trampoline.
-    fn scan_stack(&self, cur: &Frame) -> Option<(A::Regs, Method, bool)> {
+    fn scan_stack(&self, cur: &Frame) -> Option<Stepped<A::Regs>> {
         let start = cur.sp.checked_add(7)? & !7;
         let (slot, word) = self.recall_scan(start).or_else(|| self.scan_from(start))?;
         // The word below a return address is often the caller's saved
@@ -561,7 +560,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
         let next = A::scanned(&self.regs, ra, slot, fp);
         // The slot is at or above sp, so only a slot at the very top of the
         // address space gives an sp that does not rise (it wraps).
-        (A::sp(&next) > cur.sp).then_some((next, Method::Scan, false))
+        (A::sp(&next) > cur.sp).then_some((next, Method::Scan))
     }
 
     /// The slot (and its word) a remembered scan from `start` took, if the
@@ -662,7 +661,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
             return Some(cur);
         }
         match self.step(&cur) {
-            Ok((regs, method, precise)) => {
+            Ok((regs, method)) => {
                 // A signal frame was found at a trampoline, whose address
                 // the kernel put where a return address goes: no call did,
                 // so it is the instruction itself (the byte before it is
@@ -679,7 +678,7 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
                 self.pending = Some(Frame {
                     pc: A::pc(&regs),
                     sp: A::sp(&regs),
-                    pc_kind: PcKind::exact_if(precise),
+                    pc_kind: PcKind::exact_if(method == Method::SignalFrame),
                     method,
                 });
             }
