@@ -966,7 +966,14 @@ mod tests {
     #[test]
     fn a_thread_that_exited_is_told_apart_from_one_that_does_not_answer() {
         let tid = std::thread::spawn(crate::sys::gettid).join().unwrap();
-        // Joined: the kernel has reaped it (glibc's join waits for that).
+        // Joined: the kernel has reaped it (glibc's join waits for that;
+        // under qemu-user the host thread may outlive the guest's join by a
+        // moment, so wait, briefly, for its task to go).
+        let task = std::path::PathBuf::from(format!("/proc/self/task/{tid}"));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while task.exists() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         let mut l = EMPTY_LISTED;
         assert_eq!(describe(tid, DEFAULT_SIGNAL, &mut l), None);
         assert_eq!(
