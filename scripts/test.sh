@@ -6,6 +6,20 @@ cd "$(dirname "$0")/.."
 
 stage() { printf '\n==> %s\n' "$*"; }
 
+# Disk. A CI machine's disk can be small: one run ran out of space after
+# 600 s, with the host and AArch64 builds (6 GB together) both kept.
+# Incremental state (1.7 GB of those) only helps a rebuild, which CI never
+# does, and each stage's build is deleted once no later stage uses it
+# (drop_build), so the run needs the largest stage's build (under 2 GB), not
+# their sum. STACKMARK_KEEP_BUILDS=1 keeps them, for a developer's rerun.
+export CARGO_INCREMENTAL=0
+drop_build() {
+  [ "${STACKMARK_KEEP_BUILDS:-0}" = 1 ] && return 0
+  stage "deleting $* (no later stage uses it)"
+  rm -rf "$@"
+  df -h . | tail -1
+}
+
 # Every stage runs even after another failed, so one run reports every
 # failure; the failed stages are listed at the end and make the exit status.
 failed_stages=()
@@ -94,6 +108,7 @@ check "cargo doc (warnings are errors)" env RUSTDOCFLAGS="-D warnings" cargo doc
 # script took 1,468 s before that change (CI of b220030) and 1,514 s after
 # it (a run of 4a787db on this 2-core machine), with 38 more tests.
 check "cargo test (host)" run_tests --workspace
+drop_build target/debug target/recipe-host
 
 # --- 4. The same suite on AArch64, under qemu-aarch64 (.cargo/config.toml) ------
 # qemu-user can hang a forked child (.cargo/config.toml says why and what
@@ -115,6 +130,7 @@ run_tests_under_qemu() {
 }
 check "cargo test (aarch64-unknown-linux-gnu under qemu)" \
   run_tests_under_qemu --workspace --target aarch64-unknown-linux-gnu
+drop_build target/debug target/aarch64-unknown-linux-gnu target/recipe-aarch64-unknown-linux-gnu
 
 # --- 5. Benchmarks: a short run of every bench, for the report's every figure ----
 # Runs, not figures: a bench that panics or a result the README's tables
@@ -125,6 +141,7 @@ check "bench spread smoke run (scripts/bench-goals.sh --spread 2)" bash scripts/
 # --- 6. Fuzz smoke run (cargo fuzz, nightly): each target, bounded ------------------
 check "fuzz smoke run (${STACKMARK_FUZZ_SECS:-60} s per target)" \
   bash scripts/fuzz.sh "${STACKMARK_FUZZ_SECS:-60}"
+drop_build fuzz/target
 
 # --- 7. Apple targets: compile only (nothing here can run macOS code) -----------------
 for t in x86_64-apple-darwin aarch64-apple-darwin; do
