@@ -137,8 +137,9 @@ fn sframe_from_file(path: &CStr, bias: u64) -> Option<(u64, u64)> {
 }
 
 /// Copies SFrame data into an anonymous mapping the table owns, validates it
-/// there, and, for a concatenation of per-object pieces, builds the index of
-/// its pieces after the data in the same mapping.
+/// there, and builds after the data, in the same mapping, the index that
+/// speeds its lookups: of its pieces, for a concatenation of per-object
+/// pieces, or of its FDEs by address, for an ordinary section.
 fn copy_sframe(addr: u64, len: u64) -> Option<(SFrame<'static>, (usize, usize))> {
     let src = loaded(addr, len)?;
     let slots_at = src
@@ -146,13 +147,18 @@ fn copy_sframe(addr: u64, len: u64) -> Option<(SFrame<'static>, (usize, usize))>
         .next_multiple_of(core::mem::align_of::<PieceEntry>());
     // A slot per piece (an ordinary section's one goes unused).
     let slots = SFrame::count_pieces(src);
-    let bytes = slots_at + slots * core::mem::size_of::<PieceEntry>();
+    let buckets_at = slots_at + slots * core::mem::size_of::<PieceEntry>();
+    // An ordinary section's FDE index, sized from its header and first and
+    // last FDEs: at most 4 MiB.
+    let buckets = SFrame::fde_index_len_of(src, addr);
+    let bytes = buckets_at + buckets * core::mem::size_of::<u32>();
     let size = bytes.div_ceil(PAGE as usize) * PAGE as usize;
     // SAFETY: a fresh anonymous mapping of `size` bytes, checked for failure;
     // the copy and the slots (aligned, each written before the slice over
-    // them is formed) stay within it. Nothing writes to it once it is made
+    // them is formed; the u32 slots follow PieceEntry slots, whose alignment
+    // is larger) stay within it. Nothing writes to it once it is made
     // read-only.
-    let (copy, slots): (&'static [u8], &'static mut [PieceEntry]) = unsafe {
+    let (copy, slots, buckets): (&'static [u8], &'static mut [PieceEntry], &'static mut [u32]) = unsafe {
         let p = libc::mmap(
             core::ptr::null_mut(),
             size,
@@ -169,15 +175,20 @@ fn copy_sframe(addr: u64, len: u64) -> Option<(SFrame<'static>, (usize, usize))>
         for i in 0..slots {
             first.add(i).write(PieceEntry::EMPTY);
         }
+        // A fresh anonymous mapping reads as zeros: the u32 slots are
+        // initialised.
+        let counts = p.cast::<u8>().add(buckets_at).cast::<u32>();
         (
             core::slice::from_raw_parts(p as *const u8, src.len()),
             core::slice::from_raw_parts_mut(first, slots),
+            core::slice::from_raw_parts_mut(counts, buckets),
         )
     };
     let mapping = (copy.as_ptr() as usize, size);
     match SFrame::parse(copy, addr) {
         Ok(s) => {
-            let s = s.with_piece_index(slots);
+            let need = s.fde_index_len().min(buckets.len());
+            let s = s.with_piece_index(slots).with_fde_index(&mut buckets[..need]);
             // SAFETY: the whole mapping made above; only reads follow.
             unsafe { libc::mprotect(mapping.0 as *mut c_void, size, libc::PROT_READ) };
             Some((s, mapping))

@@ -15,9 +15,18 @@ pub fn sframe_parse(data: &[u8]) {
     // Every lookup answers the same through an index of the pieces.
     let mut slots = vec![PieceEntry::EMPTY; sf.piece_index_len()];
     let indexed = sf.with_piece_index(&mut slots);
+    // And through an index of an ordinary section's FDEs, as large as it
+    // asks for, sized from the bytes alone as discovery does.
+    let len = sf.fde_index_len();
+    if len > 0 {
+        assert!(SFrame::fde_index_len_of(section, base) >= len, "{len}");
+    }
+    let mut buckets = vec![0; len];
+    let by_fde = sf.with_fde_index(&mut buckets);
     // The function found is the first in table order that covers the pc.
     let probe = |pc: u64| {
         assert_eq!(indexed.find_row(pc), sf.find_row(pc), "at {pc:#x}");
+        assert_eq!(by_fde.find_row(pc), sf.find_row(pc), "at {pc:#x}");
         assert_eq!(
             sf.find_function(pc).map(|f| f.fde.at),
             first_covering(&sf, pc),

@@ -523,9 +523,14 @@ fn indexed_agrees(s: SFrame<'_>, pcs: impl IntoIterator<Item = u64>) -> usize {
     let mut slots = vec![PieceEntry::EMPTY; s.piece_index_len()];
     let indexed = s.with_piece_index(&mut slots);
     assert_eq!(indexed.is_indexed(), s.piece_count() > 1);
+    // And through an index of an ordinary section's FDEs.
+    let mut buckets = vec![0; s.fde_index_len()];
+    let by_fde = s.with_fde_index(&mut buckets);
+    assert_eq!(by_fde.is_fde_indexed(), s.fde_index_len() > 1);
     let mut n = 0;
     for pc in pcs {
         assert_eq!(indexed.find_row(pc), s.find_row(pc), "at {pc:#x}");
+        assert_eq!(by_fde.find_row(pc), s.find_row(pc), "at {pc:#x}");
         n += 1;
     }
     n

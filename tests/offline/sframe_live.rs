@@ -441,6 +441,42 @@ fn gnu_sframe(file: &[u8]) -> SFrame<'_> {
     SFrame::parse(data, ph.vaddr).unwrap()
 }
 
+/// Through an index of its FDEs by address, with buckets as small as
+/// `fde_index_len` asks for and with fewer, larger ones, every pc of a GNU
+/// ld output finds the function and row it finds without; and the size
+/// read from the bytes alone is enough. How many pcs found a row.
+fn fde_index_agrees(file: &[u8]) -> usize {
+    let elf = ElfFile::parse(file).unwrap();
+    let ph = elf
+        .program_headers()
+        .find(|p| p.p_type == PT_GNU_SFRAME)
+        .unwrap();
+    let data = &file[ph.offset as usize..(ph.offset + ph.filesz) as usize];
+    let sframe = SFrame::parse(data, ph.vaddr).unwrap();
+    let len = sframe.fde_index_len();
+    assert!(len > 1, "{len}");
+    assert!(SFrame::fde_index_len_of(data, ph.vaddr) >= len);
+    let (lo, hi) = sframe.pc_range().unwrap();
+    let mut found = 0;
+    for slots in [len, len / 3, 2] {
+        let mut memory = vec![0; slots.max(2)];
+        let indexed = sframe.with_fde_index(&mut memory);
+        assert!(indexed.is_fde_indexed());
+        found = 0;
+        for pc in lo - 16..hi + 16 {
+            let row = indexed.find_row(pc);
+            assert_eq!(row, sframe.find_row(pc), "at {pc:#x} with {slots} slots");
+            assert_eq!(
+                indexed.find_function(pc).map(|f| f.fde.at),
+                sframe.find_function(pc).map(|f| f.fde.at),
+                "at {pc:#x} with {slots} slots"
+            );
+            found += usize::from(row.is_some());
+        }
+    }
+    found
+}
+
 #[test]
 fn gcc_and_gnu_ld_on_x86_64_give_version_1_matching_the_cfi() {
     let dir = scratch("gcc-x86_64");
@@ -460,6 +496,7 @@ fn gcc_and_gnu_ld_on_x86_64_give_version_1_matching_the_cfi() {
     assert!(t.fp_based > 0 && t.fp_saved > 0, "{t:?}");
     assert_eq!(t.addr_sizes, BTreeSet::from([1, 2, 4]), "{t:?}");
     assert_eq!(t.word_sizes, BTreeSet::from([1, 2, 4]), "{t:?}");
+    assert!(fde_index_agrees(&file) > 300);
     assert_dump_matches_objdump(&exe, "objdump");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -524,6 +561,7 @@ fn an_empty_function_at_the_same_address_does_not_hide_the_one_there() {
     // Every instruction of `f` has its row, as its CFI says.
     let t = compare_with_cfi(&exe, &file, &sframe);
     assert_eq!((t.functions, t.pcs), (2, 3), "{t:?}");
+    assert_eq!(fde_index_agrees(&file), 3);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -542,6 +580,7 @@ fn aarch64_gcc_and_gnu_ld_give_version_1_matching_the_cfi() {
     assert!(t.fp_based > 0 && t.fp_saved > 0 && t.ra_saved > 0, "{t:?}");
     assert_eq!(t.addr_sizes, BTreeSet::from([1, 2, 4]), "{t:?}");
     assert_eq!(t.word_sizes, BTreeSet::from([1, 2, 4]), "{t:?}");
+    assert!(fde_index_agrees(&file) > 20000);
     assert_dump_matches_objdump(&exe, "aarch64-linux-gnu-objdump");
     let _ = std::fs::remove_dir_all(&dir);
 }

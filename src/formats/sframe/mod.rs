@@ -11,7 +11,9 @@
 //! base its producer used ([`Header::field_relative`]). A lookup searches
 //! the pieces in turn, or, through an index of them sorted by address built
 //! in memory the caller gives ([`SFrame::with_piece_index`]), only the
-//! pieces whose functions span the pc.
+//! pieces whose functions span the pc. An ordinary section's binary search
+//! can likewise start from an index of its FDEs by address
+//! ([`SFrame::with_fde_index`]), a probe or two instead of a dozen.
 //!
 //! ```
 //! use stackmark::formats::sframe::{Abi, CfaRule, RegRule, SFrame};
@@ -44,6 +46,7 @@
 //! assert_eq!(sframe.find_row(0x400000), None);
 //! ```
 
+mod buckets;
 mod coverage;
 mod fde;
 mod fre;
@@ -281,6 +284,9 @@ pub struct SFrame<'a> {
     /// The pieces of a concatenation sorted by span, when the caller gave
     /// memory for them ([`SFrame::with_piece_index`]).
     index: Option<&'a [PieceEntry]>,
+    /// An ordinary section's FDEs by address, when the caller gave memory
+    /// for them ([`SFrame::with_fde_index`]).
+    buckets: Option<buckets::Buckets<'a>>,
     /// Which parts of `range` any function covers.
     coverage: Coverage,
 }
@@ -470,6 +476,7 @@ impl<'a> SFrame<'a> {
             unsorted,
             range,
             index: None,
+            buckets: None,
             coverage: Coverage::default(),
         };
         sframe.coverage = coverage_of(data, sframe.headers(), section_addr, range);
@@ -574,6 +581,7 @@ impl<'a> SFrame<'a> {
                 unsorted: if summary.in_order { 0 } else { 1 },
                 range: summary.range,
                 index: None,
+                buckets: None,
                 coverage: coverage_of(data, core::iter::once(h), base, summary.range),
             })
         })
@@ -621,14 +629,18 @@ impl<'a> SFrame<'a> {
             return None;
         }
         if self.pieces == 1 {
-            return self.find_in_piece(&self.first, self.unsorted & 1 == 0, pc);
+            let bounds = match self.buckets {
+                Some(b) => b.bounds(lo, pc)?,
+                None => (0, self.first.num_fdes),
+            };
+            return self.find_in_piece(&self.first, self.unsorted & 1 == 0, bounds, pc);
         }
         if let Some(index) = self.index {
             return self.find_indexed(index, pc);
         }
         self.headers().enumerate().find_map(|(k, h)| {
             let in_order = self.unsorted & unsorted_bit(k as u32) == 0;
-            self.find_in_piece(&h, in_order, pc)
+            self.find_in_piece(&h, in_order, (0, h.num_fdes), pc)
         })
     }
 
@@ -654,13 +666,21 @@ impl<'a> SFrame<'a> {
         self.find_function(pc)?.row_at(pc)
     }
 
-    fn find_in_piece(&self, h: &Header, in_order: bool, pc: u64) -> Option<Function<'a>> {
+    /// The function covering `pc` in the piece of `h`. `bounds`: where the
+    /// number of FDEs starting at or below `pc` lies, for one in order.
+    fn find_in_piece(
+        &self,
+        h: &Header,
+        in_order: bool,
+        bounds: (u32, u32),
+        pc: u64,
+    ) -> Option<Function<'a>> {
         let (data, base) = (self.data, self.base);
         let start_of = |i: u32| Fde::start_of(data, h, i, base);
         let covers = |(s, n): (u64, u32)| pc >= s && pc - s < u64::from(n);
         let index = if in_order {
             // The last FDE starting at or below pc.
-            let (mut lo, mut hi) = (0u32, h.num_fdes);
+            let (mut lo, mut hi) = (bounds.0, bounds.1.min(h.num_fdes));
             while lo < hi {
                 let mid = lo + (hi - lo) / 2;
                 if start_of(mid)?.0 <= pc {
