@@ -101,6 +101,9 @@ check "cargo clippy (host)" cargo clippy --workspace --all-targets -- -D warning
 check "cargo clippy (library, default features)" cargo clippy -p stackmark --lib -- -D warnings
 check "layer check (scripts/check-layers.py)" python3 scripts/check-layers.py
 check "cargo doc (warnings are errors)" env RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet
+# The internals too: the tests, benches and fuzz targets read their docs.
+check "cargo doc (internals feature)" env RUSTDOCFLAGS="-D warnings" \
+  cargo doc --no-deps --quiet -p stackmark --features internals
 
 # --- 3. Tests on the host (x86_64 Linux) -------------------------------------------
 # The tests that need no process of their own share one binary

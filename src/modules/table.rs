@@ -145,7 +145,7 @@ impl Table {
         }
     }
 
-    /// Records the program's entry point, which [`CodeMap::follows_call`]
+    /// Records the program's entry point, which [`CodeMap::follows_call`](crate::walk::CodeMap::follows_call)
     /// never takes for a return address.
     pub fn set_entry(&mut self, pc: u64) {
         self.entry = pc;

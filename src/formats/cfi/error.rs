@@ -84,7 +84,7 @@ pub enum Error {
         /// Where it is.
         offset: usize,
     },
-    /// More nested `DW_CFA_remember_state` than [`MAX_STATE_DEPTH`].
+    /// More nested `DW_CFA_remember_state` than [`MAX_STATE_DEPTH`](super::MAX_STATE_DEPTH).
     StateStackOverflow {
         /// Where it is.
         offset: usize,
