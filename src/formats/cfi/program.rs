@@ -97,6 +97,38 @@ pub fn for_each_row(
     bases: &Bases,
     mut visit: impl FnMut(&CfiRow) -> bool,
 ) -> Result<(), Error> {
+    let mut out = Out::Visit(&mut visit);
+    run_fde(data, cie, fde, fp_register, bases, &mut out)
+}
+
+/// The row that applies at `pc`, which `fde` must cover; `None` when the
+/// FDE's instructions end it before `pc` (a `set_loc` past its range).
+/// The rows before it are stepped over, not made.
+pub fn row_at(
+    data: &[u8],
+    cie: &Cie,
+    fde: &Fde,
+    fp_register: u16,
+    bases: &Bases,
+    pc: u64,
+) -> Result<Option<CfiRow>, Error> {
+    let mut out = Out::Seek { pc, found: None };
+    run_fde(data, cie, fde, fp_register, bases, &mut out)?;
+    Ok(match out {
+        Out::Seek { found, .. } => found,
+        _ => None,
+    })
+}
+
+/// Runs the CIE's initial instructions, then the FDE's, into `out`.
+fn run_fde(
+    data: &[u8],
+    cie: &Cie,
+    fde: &Fde,
+    fp_register: u16,
+    bases: &Bases,
+    out: &mut Out<'_>,
+) -> Result<(), Error> {
     let end = fde.pc_begin.wrapping_add(fde.pc_range);
     let mut m = Machine {
         cie,
@@ -110,37 +142,16 @@ pub fn for_each_row(
         end,
     };
     let (s, e) = cie.instructions;
-    m.run(data, s, e, None)?;
+    m.run(data, s, e, &mut Out::Initial)?;
     m.initial = m.state;
     m.loc = fde.pc_begin;
     let (s, e) = fde.instructions;
-    let stopped = m.run(data, s, e, Some(&mut visit))?;
+    let stopped = m.run(data, s, e, out)?;
     if !stopped && m.loc < end {
-        visit(&m.row(end));
+        // The last row runs to the function's end.
+        m.hand_out(end, out);
     }
     Ok(())
-}
-
-/// The row that applies at `pc`, which `fde` must cover; `None` when the
-/// FDE's instructions end it before `pc` (a `set_loc` past its range).
-pub fn row_at(
-    data: &[u8],
-    cie: &Cie,
-    fde: &Fde,
-    fp_register: u16,
-    bases: &Bases,
-    pc: u64,
-) -> Result<Option<CfiRow>, Error> {
-    let mut found = None;
-    for_each_row(data, cie, fde, fp_register, bases, |row| {
-        if pc < row.end {
-            found = (pc >= row.start).then_some(*row);
-            false
-        } else {
-            true
-        }
-    })?;
-    Ok(found)
 }
 
 struct Machine<'a> {
@@ -156,7 +167,15 @@ struct Machine<'a> {
     end: u64,
 }
 
-type Visit<'v> = Option<&'v mut dyn FnMut(&CfiRow) -> bool>;
+/// Where a run's rows go.
+enum Out<'v> {
+    /// None: a CIE's initial instructions describe the function's start.
+    Initial,
+    /// Every row, to a visitor that says whether to go on.
+    Visit(&'v mut dyn FnMut(&CfiRow) -> bool),
+    /// Only the row that holds `pc`, once it is known.
+    Seek { pc: u64, found: Option<CfiRow> },
+}
 
 /// Whether to go on after an advance.
 enum Flow {
@@ -177,25 +196,37 @@ impl Machine<'_> {
     }
 
     /// Moves to `to`, handing out the row that ends there; stops once the
-    /// visitor has what it wants or the function's end is reached.
-    fn advance(&mut self, to: u64, at: usize, visit: &mut Visit<'_>) -> Result<Flow, Error> {
-        let Some(visit) = visit else {
-            // A CIE's initial instructions describe the function's start:
-            // an advance there is meaningless.
-            return Err(Error::BadInstruction { offset: at });
-        };
-        if to < self.loc {
+    /// rows' consumer has what it wants or the function's end is reached.
+    fn advance(&mut self, to: u64, at: usize, out: &mut Out<'_>) -> Result<Flow, Error> {
+        if matches!(out, Out::Initial) || to < self.loc {
+            // An advance in a CIE's initial instructions is meaningless.
             return Err(Error::BadInstruction { offset: at });
         }
         let to = to.min(self.end);
         if to > self.loc {
-            let row = self.row(to);
+            let go_on = self.hand_out(to, out);
             self.loc = to;
-            if !visit(&row) || to == self.end {
+            if !go_on || to == self.end {
                 return Ok(Flow::Stop);
             }
         }
         Ok(Flow::Go)
+    }
+
+    /// Hands the row from `loc` to `to` to `out`; whether to go on.
+    fn hand_out(&self, to: u64, out: &mut Out<'_>) -> bool {
+        match out {
+            Out::Initial => false,
+            Out::Visit(visit) => visit(&self.row(to)),
+            Out::Seek { pc, found } => {
+                if *pc < to {
+                    *found = (*pc >= self.loc).then(|| self.row(to));
+                    false
+                } else {
+                    true
+                }
+            }
+        }
     }
 
     // A CIE may make the frame pointer its return address column: then
@@ -223,7 +254,7 @@ impl Machine<'_> {
         data: &[u8],
         start: usize,
         end: usize,
-        mut visit: Visit<'_>,
+        out: &mut Out<'_>,
     ) -> Result<bool, Error> {
         let code = data.get(..end).ok_or(Error::Truncated {
             what: "instructions",
@@ -253,7 +284,7 @@ impl Machine<'_> {
                     let to = self
                         .loc
                         .wrapping_add(u64::from(op & 0x3f).wrapping_mul(cie.code_align));
-                    self.advance(to, at, &mut visit)?
+                    self.advance(to, at, out)?
                 }
                 2 => {
                     let off = factored(uleb(&mut c)?);
@@ -271,7 +302,7 @@ impl Machine<'_> {
                         if p.indirect {
                             return Err(Error::BadInstruction { offset: at });
                         }
-                        self.advance(p.value, at, &mut visit)?
+                        self.advance(p.value, at, out)?
                     }
                     0x02..=0x04 => {
                         let delta = match op {
@@ -281,7 +312,7 @@ impl Machine<'_> {
                         }
                         .ok_or(truncated)?;
                         let to = self.loc.wrapping_add(delta.wrapping_mul(cie.code_align));
-                        self.advance(to, at, &mut visit)?
+                        self.advance(to, at, out)?
                     }
                     0x05 => {
                         let r = uleb(&mut c)?;
