@@ -60,6 +60,7 @@ pub use header::{Header, F_FDE_FUNC_START_PCREL, F_FDE_SORTED, F_FRAME_POINTER, 
 pub use index::PieceEntry;
 pub use row::{Abi, CfaRule, RegRule, Row};
 
+use buckets::Buckets;
 use coverage::Coverage;
 
 /// What is wrong with a section. Offsets count from the start of the data
@@ -286,7 +287,7 @@ pub struct SFrame<'a> {
     index: Option<&'a [PieceEntry]>,
     /// An ordinary section's FDEs by address, when the caller gave memory
     /// for them ([`SFrame::with_fde_index`]).
-    buckets: Option<buckets::Buckets<'a>>,
+    buckets: Option<Buckets<'a>>,
     /// Which parts of `range` any function covers.
     coverage: Coverage,
 }
