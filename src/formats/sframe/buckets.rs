@@ -9,6 +9,7 @@
 
 use super::fde::Fde;
 use super::header::Header;
+use super::index::span;
 use super::SFrame;
 
 /// The smallest bucket: 16 bytes, the alignment compilers give functions.
@@ -85,31 +86,16 @@ impl<'a> SFrame<'a> {
     }
 
     /// [`Self::fde_index_len`] for the section `data` at `section_addr`,
-    /// from its header, its first and last FDEs and its last with a size: to size the
-    /// memory for an index before the section is validated. For a valid
-    /// section, the same; give the index no more than the parsed section
-    /// asks for.
+    /// from its header and the span of its FDEs: to size the memory for an
+    /// index before the section is validated. For a valid section, the same.
     pub fn fde_index_len_of(data: &[u8], section_addr: u64) -> usize {
         let Ok(h) = Header::parse(data, 0) else {
             return 0;
         };
-        if h.num_fdes == 0 || super::next_piece(data, h.end).is_some() {
+        if super::next_piece(data, h.end).is_some() {
             return 0;
         }
-        // The span runs from the first start to the last end. In a sorted
-        // section the first FDE starts first, and the last ends last but
-        // for empty functions (GNU as makes them), which may follow the
-        // last with a size and start inside it.
-        let at = |i| Fde::start_of(data, &h, i, section_addr);
-        let end = |(s, n): (u64, u32)| s.saturating_add(u64::from(n));
-        let last_sized = (0..h.num_fdes).rev().find_map(|i| at(i).filter(|&(_, n)| n != 0));
-        match (at(0), at(h.num_fdes - 1)) {
-            (Some((lo, _)), Some(last)) => {
-                let hi = end(last).max(last_sized.map_or(0, end));
-                slots_for(hi.saturating_sub(lo), h.num_fdes)
-            }
-            _ => 0,
-        }
+        span(data, h, section_addr).map_or(0, |(lo, hi)| slots_for(hi - lo, h.num_fdes))
     }
 
     /// This section, finding a pc's function through an index of its FDEs
@@ -131,12 +117,9 @@ impl<'a> SFrame<'a> {
     /// }
     /// ```
     pub fn with_fde_index(self, slots: &'a mut [u32]) -> SFrame<'a> {
-        let Some((lo, hi)) = self.range else {
+        let Some((lo, hi)) = self.range.filter(|_| self.fde_index_len() != 0) else {
             return self;
         };
-        if self.pieces != 1 || self.unsorted != 0 {
-            return self;
-        }
         let Some(shift) = shift_for(hi - lo, slots.len()) else {
             return self;
         };

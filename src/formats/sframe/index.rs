@@ -50,7 +50,7 @@ impl PieceEntry {
 
 /// `[lowest start, highest end)` of the piece's functions; `None` without
 /// functions (or for input that validation rejects).
-fn span(data: &[u8], h: Header, base: u64) -> Option<(u64, u64)> {
+pub(super) fn span(data: &[u8], h: Header, base: u64) -> Option<(u64, u64)> {
     extents(data, h, base).reduce(|(lo, hi), (start, end)| (lo.min(start), hi.max(end)))
 }
 
