@@ -40,10 +40,16 @@ impl<const N: usize, const W: usize> SeqCache<N, W> {
         }
     }
 
+    /// The index of `key`'s own entry.
+    #[inline(always)]
+    fn home(key: u64) -> usize {
+        let h = key.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        (h >> (64 - N.trailing_zeros())) as usize
+    }
+
     #[inline(always)]
     fn slot(&self, key: u64) -> &Entry<W> {
-        let h = key.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        &self.entries[(h >> (64 - N.trailing_zeros())) as usize]
+        &self.entries[Self::home(key)]
     }
 
     /// The words cached for `key` in cache generation `generation`, if
@@ -69,14 +75,7 @@ impl<const N: usize, const W: usize> SeqCache<N, W> {
         if generation & LOW == 0 {
             return None;
         }
-        let e = self.slot(key);
-        let s1 = e.seq.load(Acquire);
-        if s1 & 1 != 0 || s1 >> 32 != generation & LOW || e.key.load(Relaxed) != key {
-            return None;
-        }
-        let r = read(&e.words);
-        fence(Acquire);
-        (e.seq.load(Relaxed) == s1).then_some(r)
+        Self::read_with(self.slot(key), key, generation, read)
     }
 
     /// Remembers `words` for `key` in cache generation `generation`. Gives
@@ -100,8 +99,7 @@ impl<const N: usize, const W: usize> SeqCache<N, W> {
     #[inline(always)]
     fn set(&self, key: u64) -> [&Entry<W>; 2] {
         const { assert!(N >= 2, "a two-way cache needs two entries or more") };
-        let h = key.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        let i = (h >> (64 - N.trailing_zeros())) as usize;
+        let i = Self::home(key);
         [&self.entries[i], &self.entries[i ^ 1]]
     }
 
@@ -145,6 +143,21 @@ impl<const N: usize, const W: usize> SeqCache<N, W> {
     /// The words of entry `e` if it holds `key` in `generation`, whole.
     #[inline(always)]
     fn read(e: &Entry<W>, key: u64, generation: u64) -> Option<[u64; W]> {
+        Self::read_with(e, key, generation, |words| {
+            core::array::from_fn(|i| words[i].load(Relaxed))
+        })
+    }
+
+    /// What `read` makes of entry `e`'s words if it holds `key` in
+    /// `generation`: `read` may see a torn entry, but its result is
+    /// returned only if the entry did not change meanwhile.
+    #[inline(always)]
+    fn read_with<R>(
+        e: &Entry<W>,
+        key: u64,
+        generation: u64,
+        read: impl FnOnce(&[AtomicU64; W]) -> R,
+    ) -> Option<R> {
         let s1 = e.seq.load(Acquire);
         // Even and of `generation` in one compare: the xor clears the high
         // half and leaves bit 0 (odd: being written) as it was; rotated
@@ -155,7 +168,7 @@ impl<const N: usize, const W: usize> SeqCache<N, W> {
         if unlike >= 1 << 31 || e.key.load(Relaxed) != key {
             return None;
         }
-        let r = core::array::from_fn(|i| e.words[i].load(Relaxed));
+        let r = read(&e.words);
         fence(Acquire);
         (e.seq.load(Relaxed) == s1).then_some(r)
     }
