@@ -341,27 +341,27 @@ fn data_words_that_make_no_rule_are_rejected() {
 
     // FLEX (cfi-sframe-x86_64-esc-expr-1): rows of CFA, RA padding and FP.
     let flex = "cfi-sframe-x86_64-esc-expr-1-2.46";
-    let row = |s: &SFrame<'_>, i| s.functions().next().unwrap().fres().nth(i).unwrap();
+    let fre_at = |s: &SFrame<'_>, i| s.functions().next().unwrap().fres().nth(i).unwrap().at;
     // A CFA control word that names no register.
-    let e = mutated(flex, |d, s| d[row(s, 1).at + 2] = 0x50);
+    let e = mutated(flex, |d, s| d[fre_at(s, 1) + 2] = 0x50);
     assert!(matches!(e, Err(Error::BadFreData { .. })), "{e:?}");
     // An FP rule "CFA + offset" that loads nothing.
-    let e = mutated(flex, |d, s| d[row(s, 2).at + 5] = 0x04);
+    let e = mutated(flex, |d, s| d[fre_at(s, 2) + 5] = 0x04);
     assert!(matches!(e, Err(Error::BadFreData { .. })), "{e:?}");
     // Its FP offset word dropped (five words become four): an FP control
     // word without its offset.
     let (orig, base) = case(flex);
-    let third = row(&SFrame::parse(&orig, base).unwrap(), 2).at;
+    let third = fre_at(&SFrame::parse(&orig, base).unwrap(), 2);
     let e = mutated(flex, |d, s| {
-        let r = row(s, 2);
-        d[r.at + 1] = (d[r.at + 1] & !0x1e) | (4 << 1);
+        let at = fre_at(s, 2);
+        d[at + 1] = (d[at + 1] & !0x1e) | (4 << 1);
     });
     assert_eq!(e, Err(Error::BadFreData { offset: third }));
     // The CFA pair grows a third word (the next row's start byte, 9): an RA
     // control word without its offset.
     let e = mutated(flex, |d, s| {
-        let r = row(s, 0);
-        d[r.at + 1] = (d[r.at + 1] & !0x1e) | (3 << 1);
+        let at = fre_at(s, 0);
+        d[at + 1] = (d[at + 1] & !0x1e) | (3 << 1);
     });
     assert_eq!(
         e,

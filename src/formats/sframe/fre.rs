@@ -24,7 +24,7 @@ pub const MAX_WORDS: usize = 15;
 /// assert_eq!((fre.count(), fre.word(0), fre.word(1)), (1, Some(8), None));
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Fre {
+pub struct Fre<'a> {
     /// Offset of the FRE in the section data.
     pub at: usize,
     /// Offset of the row's first pc from the function start (from the start
@@ -38,15 +38,16 @@ pub struct Fre {
     /// Size of each data word in bytes: 1, 2 or 4.
     pub word_size: u8,
     count: u8,
-    /// Raw words, zero-extended from `word_size` bytes.
-    words: [u32; MAX_WORDS],
+    /// The data words' bytes, read in place: a lookup decodes only the
+    /// words its row uses.
+    words: &'a [u8],
 }
 
 /// Why an FRE's data words do not make rules.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct RuleError;
 
-impl Fre {
+impl<'a> Fre<'a> {
     /// Number of data words (0 marks an "RA undefined" outermost row).
     pub fn count(&self) -> usize {
         usize::from(self.count)
@@ -54,7 +55,7 @@ impl Fre {
 
     /// Data word `i` as a signed offset.
     pub fn word(&self, i: usize) -> Option<i32> {
-        let u = *self.words.get(i).filter(|_| i < self.count())?;
+        let u = self.uword(i)?;
         Some(match self.word_size {
             1 => i32::from(u as u8 as i8),
             2 => i32::from(u as u16 as i16),
@@ -64,12 +65,18 @@ impl Fre {
 
     /// Data word `i` as an unsigned value (a FLEX control word).
     pub fn uword(&self, i: usize) -> Option<u32> {
-        self.words.get(i).filter(|_| i < self.count()).copied()
+        let size = usize::from(self.word_size);
+        let b = self.words.get(i.checked_mul(size)?..)?;
+        Some(match size {
+            1 => u32::from(*b.first()?),
+            2 => u32::from(u16::from_le_bytes(b.get(..2)?.try_into().ok()?)),
+            _ => u32::from_le_bytes(b.get(..4)?.try_into().ok()?),
+        })
     }
 
     /// Reads the FRE at `at` with `addr_size`-byte start address; returns
     /// it and the offset just past it.
-    pub fn read(data: &[u8], at: usize, addr_size: u8) -> Result<(Fre, usize), Error> {
+    pub fn read(data: &'a [u8], at: usize, addr_size: u8) -> Result<(Fre<'a>, usize), Error> {
         let trunc = Error::Truncated {
             what: "FRE",
             offset: at,
@@ -88,14 +95,9 @@ impl Fre {
             2 => 4,
             _ => return Err(Error::BadWordSize { offset: at }),
         };
-        let mut words = [0u32; MAX_WORDS];
-        for w in words.iter_mut().take(usize::from(count)) {
-            *w = match word_size {
-                1 => u32::from(c.u8().ok_or(trunc)?),
-                2 => u32::from(c.u16().ok_or(trunc)?),
-                _ => c.u32().ok_or(trunc)?,
-            };
-        }
+        let from = c.pos();
+        let to = from + usize::from(count) * usize::from(word_size);
+        let words = data.get(from..to).ok_or(trunc)?;
         let fre = Fre {
             at,
             start,
@@ -105,7 +107,7 @@ impl Fre {
             count,
             words,
         };
-        Ok((fre, c.pos()))
+        Ok((fre, to))
     }
 
     /// Reads only the start address of the FRE at `at` and the offset just

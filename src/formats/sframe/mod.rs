@@ -679,7 +679,7 @@ impl<'a> SFrame<'a> {
         let (data, base) = (self.data, self.base);
         let start_of = |i: u32| Fde::start_of(data, h, i, base);
         let covers = |(s, n): (u64, u32)| pc >= s && pc - s < u64::from(n);
-        let index = if in_order {
+        let fde = if in_order {
             // The last FDE starting at or below pc.
             let (mut lo, mut hi) = (bounds.0, bounds.1.min(h.num_fdes));
             while lo < hi {
@@ -694,21 +694,24 @@ impl<'a> SFrame<'a> {
             // instructions a zero-size FDE) cover nothing, but may start
             // inside or at the start of the one that covers pc: step back
             // over them. Validation saw that the others do not overlap.
+            // Each candidate is decoded once, in full: validation read
+            // every FDE so.
             let mut i = lo.checked_sub(1)?;
             loop {
-                let (s, n) = start_of(i)?;
-                if n != 0 {
-                    break covers((s, n)).then_some(i)?;
+                let fde = Fde::read(data, h, i, base).ok()?;
+                if fde.size != 0 {
+                    break covers((fde.start, fde.size)).then_some(fde)?;
                 }
                 i = i.checked_sub(1)?;
             }
         } else {
-            (0..h.num_fdes).find(|&i| start_of(i).is_some_and(covers))?
+            let i = (0..h.num_fdes).find(|&i| start_of(i).is_some_and(covers))?;
+            Fde::read(data, h, i, base).ok()?
         };
         Some(Function {
             data,
             header: *h,
-            fde: Fde::read(data, h, index, base).ok()?,
+            fde,
         })
     }
 
@@ -763,7 +766,7 @@ pub struct Function<'a> {
 
 impl<'a> Function<'a> {
     /// The function's FREs, in order.
-    pub fn fres(&self) -> impl Iterator<Item = Fre> + 'a {
+    pub fn fres(&self) -> impl Iterator<Item = Fre<'a>> + 'a {
         let (data, fde) = (self.data, self.fde);
         let mut at = fde.fres;
         (0..fde.num_fres).map_while(move |_| {
