@@ -625,24 +625,46 @@ impl<'a> SFrame<'a> {
     /// assert_eq!((f.fde.index, f.fde.start, f.fde.pauth_key_b), (1, 0x4000bc, true));
     /// ```
     pub fn find_function(&self, pc: u64) -> Option<Function<'a>> {
-        let (lo, hi) = self.range?;
-        if pc < lo || pc >= hi || !self.coverage.may_cover(pc - lo) {
-            return None;
-        }
         if self.pieces == 1 {
-            let bounds = match self.buckets {
-                Some(b) => b.bounds(lo, pc)?,
-                None => (0, self.first.num_fdes),
-            };
-            return self.find_in_piece(&self.first, self.unsorted & 1 == 0, bounds, pc);
+            return Some(Function {
+                data: self.data,
+                header: self.first,
+                fde: self.find_fde_of_one(pc)?,
+            });
         }
+        self.covers(pc)?;
         if let Some(index) = self.index {
             return self.find_indexed(index, pc);
         }
         self.headers().enumerate().find_map(|(k, h)| {
             let in_order = self.unsorted & unsorted_bit(k as u32) == 0;
-            self.find_in_piece(&h, in_order, (0, h.num_fdes), pc)
+            let fde = self.find_in_piece(&h, in_order, (0, h.num_fdes), pc)?;
+            Some(Function {
+                data: self.data,
+                header: h,
+                fde,
+            })
         })
+    }
+
+    /// The start of `range` where it holds `pc` and some function may
+    /// cover it.
+    #[inline(always)]
+    fn covers(&self, pc: u64) -> Option<u64> {
+        let (lo, hi) = self.range?;
+        (pc >= lo && pc < hi && self.coverage.may_cover(pc - lo)).then_some(lo)
+    }
+
+    /// In an ordinary section (one piece), the FDE covering `pc`: a row
+    /// lookup takes it without copying the header.
+    #[inline(always)]
+    fn find_fde_of_one(&self, pc: u64) -> Option<Fde> {
+        let lo = self.covers(pc)?;
+        let bounds = match self.buckets {
+            Some(b) => b.bounds(lo, pc)?,
+            None => (0, self.first.num_fdes),
+        };
+        self.find_in_piece(&self.first, self.unsorted & 1 == 0, bounds, pc)
     }
 
     /// The row that applies at `pc` (the exact address to look up: subtract
@@ -664,6 +686,9 @@ impl<'a> SFrame<'a> {
     /// assert_eq!(amd64.find_row(0x401000), None);
     /// ```
     pub fn find_row(&self, pc: u64) -> Option<Row> {
+        if self.pieces == 1 {
+            return row_in(self.data, &self.first, &self.find_fde_of_one(pc)?, pc);
+        }
         self.find_function(pc)?.row_at(pc)
     }
 
@@ -675,11 +700,11 @@ impl<'a> SFrame<'a> {
         in_order: bool,
         bounds: (u32, u32),
         pc: u64,
-    ) -> Option<Function<'a>> {
+    ) -> Option<Fde> {
         let (data, base) = (self.data, self.base);
         let start_of = |i: u32| Fde::start_of(data, h, i, base);
         let covers = |(s, n): (u64, u32)| pc >= s && pc - s < u64::from(n);
-        let fde = if in_order {
+        if in_order {
             // The last FDE starting at or below pc.
             let (mut lo, mut hi) = (bounds.0, bounds.1.min(h.num_fdes));
             while lo < hi {
@@ -700,19 +725,14 @@ impl<'a> SFrame<'a> {
             loop {
                 let fde = Fde::read(data, h, i, base).ok()?;
                 if fde.size != 0 {
-                    break covers((fde.start, fde.size)).then_some(fde)?;
+                    break covers((fde.start, fde.size)).then_some(fde);
                 }
                 i = i.checked_sub(1)?;
             }
         } else {
             let i = (0..h.num_fdes).find(|&i| start_of(i).is_some_and(covers))?;
-            Fde::read(data, h, i, base).ok()?
-        };
-        Some(Function {
-            data,
-            header: *h,
-            fde,
-        })
+            Fde::read(data, h, i, base).ok()
+        }
     }
 
     /// Every function with its rows, piece after piece, in table order: for
@@ -792,30 +812,35 @@ impl<'a> Function<'a> {
     /// The row that applies at `pc`: the last FRE starting at or below the
     /// pc's offset in the function (in its repetition, for a PCMASK FDE).
     pub fn row_at(&self, pc: u64) -> Option<Row> {
-        let fde = &self.fde;
-        let mut off = pc.checked_sub(fde.start)?;
-        if off >= u64::from(fde.size) {
-            return None;
-        }
-        let mut block = fde.start;
-        if fde.pc_mask {
-            // Validation rejected a zero rep_size.
-            let rep = u64::from(fde.rep_size.max(1));
-            block += off - off % rep;
-            off %= rep;
-        }
-        // Skim the start addresses; decode only the row that applies.
-        let (mut at, mut found) = (fde.fres, None);
-        for _ in 0..fde.num_fres {
-            let (start, next) = Fre::skip(self.data, at, fde.addr_size)?;
-            if u64::from(start) > off {
-                break;
-            }
-            found = Some(at);
-            at = next;
-        }
-        let (fre, _) = Fre::read(self.data, found?, fde.addr_size).ok()?;
-        fre.row(&self.header, fde, block + u64::from(fre.start))
-            .ok()
+        row_in(self.data, &self.header, &self.fde, pc)
     }
 }
+
+/// [`Function::row_at`] of the function `fde` of the piece `h`.
+fn row_in(data: &[u8], h: &Header, fde: &Fde, pc: u64) -> Option<Row> {
+    let mut off = pc.checked_sub(fde.start)?;
+    if off >= u64::from(fde.size) {
+        return None;
+    }
+    let mut block = fde.start;
+    if fde.pc_mask {
+        // Validation rejected a zero rep_size.
+        let rep = u64::from(fde.rep_size.max(1));
+        block += off - off % rep;
+        off %= rep;
+    }
+    // Skim the start addresses; decode only the row that applies.
+    let (mut at, mut found) = (fde.fres, None);
+    for _ in 0..fde.num_fres {
+        let (start, next) = Fre::skip(data, at, fde.addr_size)?;
+        if u64::from(start) > off {
+            break;
+        }
+        found = Some(at);
+        at = next;
+    }
+    let (fre, _) = Fre::read(data, found?, fde.addr_size).ok()?;
+    fre.row(h, fde, block + u64::from(fre.start))
+        .ok()
+}
+
