@@ -76,6 +76,7 @@ impl<'a> Fre<'a> {
 
     /// Reads the FRE at `at` with `addr_size`-byte start address; returns
     /// it and the offset just past it.
+    #[inline]
     pub fn read(data: &'a [u8], at: usize, addr_size: u8) -> Result<(Fre<'a>, usize), Error> {
         let trunc = Error::Truncated {
             what: "FRE",
@@ -120,12 +121,9 @@ impl<'a> Fre<'a> {
             _ => c.u32()?,
         };
         let info = c.u8()?;
-        let word_size = match (info >> 5) & 3 {
-            0 => 1,
-            1 => 2,
-            _ => 4,
-        };
-        let words = usize::from((info >> 1) & 0xf) * word_size;
+        // Word sizes 1, 2, 4 (and the invalid 3, which `read` rejects, as 4).
+        let shift = ((info >> 5) & 3).min(2);
+        let words = usize::from((info >> 1) & 0xf) << shift;
         Some((start, c.pos().checked_add(words)?))
     }
 
@@ -240,6 +238,7 @@ impl<'a> Fre<'a> {
     }
 
     /// The row for this FRE of `fde`, applying from `row_start`.
+    #[inline]
     pub(crate) fn row(&self, h: &Header, fde: &Fde, row_start: u64) -> Result<Row, RuleError> {
         let (cfa, ra, fp) = self.rules(h, fde)?;
         Ok(Row {

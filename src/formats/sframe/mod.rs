@@ -694,6 +694,7 @@ impl<'a> SFrame<'a> {
 
     /// The function covering `pc` in the piece of `h`. `bounds`: where the
     /// number of FDEs starting at or below `pc` lies, for one in order.
+    #[inline(always)]
     fn find_in_piece(
         &self,
         h: &Header,
