@@ -3,7 +3,10 @@
 //! [`super`] for the protocol), two-way: a pc's answer sits in its home
 //! entry or in the entry next to it.
 //!
-//! Why two ways: direct-mapped, two pcs of one stack that hash to the same
+//! A pc's home entry is picked by its address (`SeqCache::set`), not
+//! hashed.
+//!
+//! Why two ways: direct-mapped, two pcs of one stack that share a
 //! slot evict each other at every walk, and each then pays a table lookup
 //! (some 1,300 instructions). Of `n` distinct pcs in 8,192 direct-mapped
 //! slots, about `n (1 - e^(-n/8192))` share a slot: 10 of the 282 of the
