@@ -81,7 +81,7 @@ impl Fde {
     /// Decodes FDE `i` of the piece `h`; `base` is the runtime address of
     /// the section data's first byte. Checks the FDE's own fields and that
     /// its FREs start inside the piece's FRE sub-section.
-    #[inline]
+    #[inline(always)]
     pub fn read(data: &[u8], h: &Header, i: u32, base: u64) -> Result<Fde, Error> {
         let at = fde_offset(h, i).ok_or(Error::OutOfBounds {
             what: "FDE",
