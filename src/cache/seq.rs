@@ -305,6 +305,39 @@ mod tests {
         assert_eq!(TWO.get_2way(b, 5), None);
     }
 
+    /// Slots by address: return addresses of nearby code, 4 bytes apart
+    /// or more (a call on AArch64, or a 5-byte call on x86_64), keep one
+    /// slot each, and two 2 bytes apart (back-to-back indirect calls on
+    /// x86_64) take the two ways of one set.
+    #[test]
+    fn nearby_return_addresses_keep_a_slot_each() {
+        static NEAR: SeqCache<64, 1> = SeqCache::new();
+        let base = 0x5555_5555_1000u64;
+        let slot = |ra: u64| NEAR.set(ra - 1)[0] as *const Entry<1>;
+        for spacing in [4u64, 5, 7, 12] {
+            let slots: std::collections::HashSet<_> =
+                (0..16).map(|i| slot(base + i * spacing)).collect();
+            assert_eq!(slots.len(), 16, "16 return addresses {spacing} bytes apart");
+        }
+        // As many return addresses 4 bytes apart as there are entries:
+        // every one stays.
+        for i in 0..64 {
+            NEAR.put_2way(base + i * 4 - 1, 2, [i + 1]);
+        }
+        for i in 0..64 {
+            assert_eq!(NEAR.get_2way(base + i * 4 - 1, 2), Some([i + 1]));
+        }
+        NEAR.clear();
+        let (a, b) = (base + 0xff, base + 0x101);
+        assert_eq!(slot(a + 1), slot(b + 1));
+        NEAR.put_2way(a, 3, [1]);
+        NEAR.put_2way(b, 3, [2]);
+        assert_eq!(
+            (NEAR.get_2way(a, 3), NEAR.get_2way(b, 3)),
+            (Some([1]), Some([2]))
+        );
+    }
+
     #[test]
     fn clear_empties_every_entry() {
         let key = 0xbeef_0000;
