@@ -692,7 +692,7 @@ impl<'a> SFrame<'a> {
         self.find_function(pc)?.row_at(pc)
     }
 
-    /// The function covering `pc` in the piece of `h`. `bounds`: where the
+    /// The FDE of the function covering `pc` in the piece of `h`. `bounds`: where the
     /// number of FDEs starting at or below `pc` lies, for one in order.
     #[inline(always)]
     fn find_in_piece(
@@ -841,7 +841,5 @@ fn row_in(data: &[u8], h: &Header, fde: &Fde, pc: u64) -> Option<Row> {
         at = next;
     }
     let (fre, _) = Fre::read(data, found?, fde.addr_size).ok()?;
-    fre.row(h, fde, block + u64::from(fre.start))
-        .ok()
+    fre.row(h, fde, block + u64::from(fre.start)).ok()
 }
-
