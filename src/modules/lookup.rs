@@ -23,6 +23,7 @@ impl Table {
     }
 
     /// The lookup itself, without the cache.
+    #[inline(always)]
     pub fn lookup_uncached(&self, pc: u64) -> Lookup {
         match self.module_for_code(pc) {
             None => Lookup::Outside,
