@@ -60,8 +60,10 @@ pub enum AnswerKind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Answer {
     /// Kind (bits 0-3), flags (4: CFA from fp, 5: mangled RA, 6: fp
-    /// saved, 7: a CFI row), RA offset (bits 8-23), FP offset (bits 24-39) and CFA offset
-    /// (bits 40-63, signed).
+    /// saved, 7: a CFI row), RA offset (bits 8-23), FP offset (bits 24-39)
+    /// and the return address's offset from the CFA's base register, CFA
+    /// offset plus RA offset (bits 40-63, signed): the walk's chain from
+    /// one return address to the next then adds one offset, not two.
     pub(super) w: u64,
 }
 
@@ -89,10 +91,12 @@ impl Answer {
     /// Left to the general step.
     pub const SLOW: Answer = Answer { w: SLOW };
 
-    /// A rule the hot path applies; [`Answer::SLOW`] if its CFA offset needs
-    /// more than the 24 bits it is packed into (a frame of 8 MiB or more).
+    /// A rule the hot path applies; [`Answer::SLOW`] if its CFA offset plus
+    /// RA offset needs more than the 24 bits it is packed into (a frame of
+    /// about 8 MiB or more).
     pub const fn from_rule(r: SimpleRule) -> Answer {
-        if r.cfa_off < -(1 << 23) || r.cfa_off >= 1 << 23 {
+        let ra_at = r.cfa_off as i64 + r.ra_off as i64;
+        if ra_at < -(1 << 23) || ra_at >= 1 << 23 {
             return Answer::SLOW;
         }
         let (fp_saved, fp_off) = match r.fp_off {
@@ -114,7 +118,7 @@ impl Answer {
                 | (r.cfi as u64) << 7
                 | (r.ra_off as u16 as u64) << 8
                 | (fp_off as u16 as u64) << 24
-                | (r.cfa_off as u64) << 40,
+                | (ra_at as u64) << 40,
         }
     }
 
@@ -198,6 +202,13 @@ impl Answer {
     /// For a rule: the CFA offset.
     #[inline(always)]
     pub(crate) fn cfa_off(self) -> u64 {
+        self.ra_at().wrapping_sub(self.ra_off())
+    }
+
+    /// For a rule: the return address's offset from the CFA's base
+    /// register (CFA offset plus RA offset).
+    #[inline(always)]
+    pub(crate) fn ra_at(self) -> u64 {
         (self.w as i64 >> 40) as u64
     }
 

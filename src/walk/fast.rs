@@ -173,10 +173,11 @@ fn run_cached<A: Arch, M: MemoryReader, C: CodeMap, const TABLES: bool, const FP
                 if !here.cfa_fp() && !sp_exact::<A>(method) {
                     break;
                 }
-                cfa = (if here.cfa_fp() { fp } else { sp }).wrapping_add(here.cfa_off());
-                let Some(ra) = mem.read_u64_fast(cfa.wrapping_add(here.ra_off())) else {
+                let ra_at = (if here.cfa_fp() { fp } else { sp }).wrapping_add(here.ra_at());
+                let Some(ra) = mem.read_u64_fast(ra_at) else {
                     break;
                 };
+                cfa = ra_at.wrapping_sub(here.ra_off());
                 caller_fp = match here.fp_off() {
                     Some(o) => match mem.read_u64_fast(cfa.wrapping_add(o)) {
                         Some(v) => v,
@@ -421,17 +422,18 @@ mod tests {
         for l in slow {
             assert_eq!(Answer::classify(&l, false).kind(), AnswerKind::Slow, "{l:?}");
         }
-        // The CFA offset is packed into 24 bits: a frame of 8 MiB or more
-        // is left to the general step, and the largest that fit round-trip.
+        // The CFA offset plus the RA offset (-8 here) is packed into 24
+        // bits: a frame of about 8 MiB or more is left to the general step,
+        // and the largest that fit round-trip.
         let sp_plus = |o| row(CfaRule::SpPlus(o), RegRule::AtCfa(-8), RegRule::SameValue);
-        for o in [1 << 23, -(1 << 23) - 1, i32::MAX, i32::MIN] {
+        for o in [(1 << 23) + 8, -(1 << 23) + 7, i32::MAX, i32::MIN] {
             assert_eq!(
                 Answer::classify(&Lookup::SFrame(sp_plus(o)), false),
                 Answer::SLOW,
                 "{o}"
             );
         }
-        for o in [(1 << 23) - 1, -(1 << 23), -8] {
+        for o in [(1 << 23) + 7, -(1 << 23) + 8, -8] {
             let hot = Answer::classify(&Lookup::SFrame(sp_plus(o)), false);
             assert_eq!((hot.kind(), hot.rule().cfa_off), (AnswerKind::Rule, o));
             assert_eq!(hot.cfa_off() as i64, i64::from(o));
