@@ -104,7 +104,20 @@ impl Cursor<'_> {
     /// assert_eq!(Cursor::new(&[0xe5, 0x8e, 0x26]).uleb128(), Some(624485));
     /// assert_eq!(Cursor::new(&[0x80]).uleb128(), None);
     /// ```
+    #[inline]
     pub fn uleb128(&mut self) -> Option<u64> {
+        // Most numbers in unwind tables take one byte.
+        match self.data.get(self.pos) {
+            Some(&b) if b < 0x80 => {
+                self.pos += 1;
+                Some(u64::from(b))
+            }
+            _ => self.uleb128_long(),
+        }
+    }
+
+    #[inline(never)]
+    fn uleb128_long(&mut self) -> Option<u64> {
         let mut value = 0u64;
         let mut shift = 0u32;
         loop {
@@ -129,7 +142,20 @@ impl Cursor<'_> {
     /// assert_eq!(Cursor::new(&[0xc0, 0xbb, 0x78]).sleb128(), Some(-123456));
     /// assert_eq!(Cursor::new(&[0x78]).sleb128(), Some(-8));
     /// ```
+    #[inline]
     pub fn sleb128(&mut self) -> Option<i64> {
+        match self.data.get(self.pos) {
+            Some(&b) if b < 0x80 => {
+                self.pos += 1;
+                // Bit 6 is the sign: shift it to the top and back.
+                Some(i64::from((b << 1) as i8 >> 1))
+            }
+            _ => self.sleb128_long(),
+        }
+    }
+
+    #[inline(never)]
+    fn sleb128_long(&mut self) -> Option<i64> {
         let mut value = 0i64;
         let mut shift = 0u32;
         loop {

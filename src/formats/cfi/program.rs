@@ -95,10 +95,9 @@ pub fn for_each_row(
     fde: &Fde,
     fp_register: u16,
     bases: &Bases,
-    mut visit: impl FnMut(&CfiRow) -> bool,
+    visit: impl FnMut(&CfiRow) -> bool,
 ) -> Result<(), Error> {
-    let mut out = Out::Visit(&mut visit);
-    run_fde(data, cie, fde, fp_register, bases, &mut out)
+    run_fde(data, cie, fde, fp_register, bases, &mut Visit(visit))
 }
 
 /// The row that applies at `pc`, which `fde` must cover; `None` when the
@@ -112,127 +111,195 @@ pub fn row_at(
     bases: &Bases,
     pc: u64,
 ) -> Result<Option<CfiRow>, Error> {
-    let mut out = Out::Seek { pc, found: None };
-    run_fde(data, cie, fde, fp_register, bases, &mut out)?;
-    Ok(match out {
-        Out::Seek { found, .. } => found,
-        _ => None,
-    })
+    let mut seek = Seek { pc, found: None };
+    run_fde(data, cie, fde, fp_register, bases, &mut seek)?;
+    Ok(seek.found)
 }
 
-/// Runs the CIE's initial instructions, then the FDE's, into `out`.
-fn run_fde(
+/// Where a run's rows go.
+trait Sink {
+    /// Whether the instructions may advance (not a CIE's initial ones).
+    const ADVANCES: bool = true;
+    /// Takes the row of `state` from `start` to `end`; whether to go on.
+    fn take(&mut self, state: &State, start: u64, end: u64) -> bool;
+}
+
+/// A CIE's initial instructions: they describe the function's start and
+/// may not advance.
+struct Initial;
+
+impl Sink for Initial {
+    const ADVANCES: bool = false;
+    fn take(&mut self, _: &State, _: u64, _: u64) -> bool {
+        false
+    }
+}
+
+/// Every row, to a visitor that says whether to go on.
+struct Visit<F>(F);
+
+impl<F: FnMut(&CfiRow) -> bool> Sink for Visit<F> {
+    fn take(&mut self, state: &State, start: u64, end: u64) -> bool {
+        (self.0)(&state.row(start, end))
+    }
+}
+
+/// Only the row that holds `pc`, once it is known.
+struct Seek {
+    pc: u64,
+    found: Option<CfiRow>,
+}
+
+impl Sink for Seek {
+    #[inline]
+    fn take(&mut self, state: &State, start: u64, end: u64) -> bool {
+        if self.pc < end {
+            self.found = (self.pc >= start).then(|| state.row(start, end));
+            false
+        } else {
+            true
+        }
+    }
+}
+
+impl State {
+    fn row(&self, start: u64, end: u64) -> CfiRow {
+        CfiRow {
+            start,
+            end,
+            cfa: self.cfa,
+            ra: self.ra,
+            fp: self.fp,
+            ra_signed: self.ra_signed,
+        }
+    }
+}
+
+/// Runs the CIE's initial instructions, then the FDE's, into `sink`.
+fn run_fde<S: Sink>(
     data: &[u8],
     cie: &Cie,
     fde: &Fde,
     fp_register: u16,
     bases: &Bases,
-    out: &mut Out<'_>,
+    sink: &mut S,
 ) -> Result<(), Error> {
-    let end = fde.pc_begin.wrapping_add(fde.pc_range);
     let mut m = Machine {
-        cie,
+        code_align: cie.code_align,
+        data_align: cie.data_align,
+        ra_register: cie.ra_register,
+        fde_encoding: cie.fde_encoding,
         fp_register,
         bases,
         state: INITIAL,
         initial: INITIAL,
-        stack: [INITIAL; MAX_STATE_DEPTH],
         depth: 0,
         loc: fde.pc_begin,
-        end,
+        end: fde.pc_begin.wrapping_add(fde.pc_range),
     };
-    let (s, e) = cie.instructions;
-    m.run(data, s, e, &mut Out::Initial)?;
-    m.initial = m.state;
-    m.loc = fde.pc_begin;
-    let (s, e) = fde.instructions;
-    let stopped = m.run(data, s, e, out)?;
-    if !stopped && m.loc < end {
-        // The last row runs to the function's end.
-        m.hand_out(end, out);
-    }
-    Ok(())
+    // Most programs never remember a state: the stack is made (and
+    // zeroed) only once one does, and the run goes on from there.
+    let start = Resume::Cie(cie.instructions.0);
+    let Some(resume) = m.program(data, cie, fde, start, &mut [], sink)? else {
+        return Ok(());
+    };
+    let mut stack = [INITIAL; MAX_STATE_DEPTH];
+    // Given a stack, a run pauses no more.
+    m.program(data, cie, fde, resume, &mut stack, sink)
+        .map(|_| ())
+}
+
+/// Where a run (re)starts: at an offset of the CIE's or the FDE's
+/// instructions.
+#[derive(Clone, Copy)]
+enum Resume {
+    Cie(usize),
+    Fde(usize),
 }
 
 struct Machine<'a> {
-    cie: &'a Cie,
+    code_align: u64,
+    data_align: i64,
+    ra_register: u16,
+    fde_encoding: u8,
     fp_register: u16,
     bases: &'a Bases,
     state: State,
     /// The rules after the CIE's initial instructions (`DW_CFA_restore`).
     initial: State,
-    stack: [State; MAX_STATE_DEPTH],
     depth: usize,
     loc: u64,
     end: u64,
 }
 
-/// Where a run's rows go.
-enum Out<'v> {
-    /// None: a CIE's initial instructions describe the function's start.
-    Initial,
-    /// Every row, to a visitor that says whether to go on.
-    Visit(&'v mut dyn FnMut(&CfiRow) -> bool),
-    /// Only the row that holds `pc`, once it is known.
-    Seek { pc: u64, found: Option<CfiRow> },
-}
-
-/// Whether to go on after an advance.
-enum Flow {
-    Go,
-    Stop,
+/// How a run of one list of instructions ended.
+enum Ran {
+    /// Its instructions ended.
+    Ended,
+    /// The rows' consumer has what it wants, or the function's end was
+    /// reached.
+    Stopped,
+    /// A `DW_CFA_remember_state` at this offset found no stack to push to.
+    NeedsStack(usize),
 }
 
 impl Machine<'_> {
-    fn row(&self, end: u64) -> CfiRow {
-        CfiRow {
-            start: self.loc,
-            end,
-            cfa: self.state.cfa,
-            ra: self.state.ra,
-            fp: self.state.fp,
-            ra_signed: self.state.ra_signed,
+    /// Runs from `from` to the end of the FDE's instructions (then hands
+    /// out the last row); `Some` where it needs a stack to go on.
+    fn program<S: Sink>(
+        &mut self,
+        data: &[u8],
+        cie: &Cie,
+        fde: &Fde,
+        from: Resume,
+        stack: &mut [State],
+        sink: &mut S,
+    ) -> Result<Option<Resume>, Error> {
+        let at = match from {
+            Resume::Cie(at) => {
+                match self.run(data, at, cie.instructions.1, stack, &mut Initial)? {
+                    Ran::NeedsStack(at) => return Ok(Some(Resume::Cie(at))),
+                    // `Initial` stops nothing: an advance there is an error.
+                    Ran::Ended | Ran::Stopped => {}
+                }
+                self.initial = self.state;
+                self.loc = fde.pc_begin;
+                fde.instructions.0
+            }
+            Resume::Fde(at) => at,
+        };
+        match self.run(data, at, fde.instructions.1, stack, sink)? {
+            Ran::NeedsStack(at) => Ok(Some(Resume::Fde(at))),
+            Ran::Stopped => Ok(None),
+            Ran::Ended => {
+                if self.loc < self.end {
+                    // The last row runs to the function's end.
+                    sink.take(&self.state, self.loc, self.end);
+                }
+                Ok(None)
+            }
         }
     }
 
-    /// Moves to `to`, handing out the row that ends there; stops once the
+    /// Moves to `to`, handing out the row that ends there; whether the
     /// rows' consumer has what it wants or the function's end is reached.
-    fn advance(&mut self, to: u64, at: usize, out: &mut Out<'_>) -> Result<Flow, Error> {
-        if matches!(out, Out::Initial) || to < self.loc {
-            // An advance in a CIE's initial instructions is meaningless.
-            return Err(Error::BadInstruction { offset: at });
-        }
+    #[inline]
+    fn advance<S: Sink>(&mut self, to: u64, sink: &mut S) -> bool {
         let to = to.min(self.end);
         if to > self.loc {
-            let go_on = self.hand_out(to, out);
+            let go_on = sink.take(&self.state, self.loc, to);
             self.loc = to;
-            if !go_on || to == self.end {
-                return Ok(Flow::Stop);
-            }
-        }
-        Ok(Flow::Go)
-    }
-
-    /// Hands the row from `loc` to `to` to `out`; whether to go on.
-    fn hand_out(&self, to: u64, out: &mut Out<'_>) -> bool {
-        match out {
-            Out::Initial => false,
-            Out::Visit(visit) => visit(&self.row(to)),
-            Out::Seek { pc, found } => {
-                if *pc < to {
-                    *found = (*pc >= self.loc).then(|| self.row(to));
-                    false
-                } else {
-                    true
-                }
-            }
+            !go_on || to == self.end
+        } else {
+            false
         }
     }
 
     // A CIE may make the frame pointer its return address column: then
     // the one rule is both.
+    #[inline]
     fn set(&mut self, reg: u64, rule: Rule) {
-        if reg == u64::from(self.cie.ra_register) {
+        if reg == u64::from(self.ra_register) {
             self.state.ra = rule;
         }
         if reg == u64::from(self.fp_register) {
@@ -240,8 +307,9 @@ impl Machine<'_> {
         }
     }
 
+    #[inline]
     fn restore(&mut self, reg: u64) {
-        if reg == u64::from(self.cie.ra_register) {
+        if reg == u64::from(self.ra_register) {
             self.state.ra = self.initial.ra;
         }
         if reg == u64::from(self.fp_register) {
@@ -249,212 +317,254 @@ impl Machine<'_> {
         }
     }
 
-    fn run(
+    fn factored(&self, n: u64) -> i64 {
+        n.wrapping_mul(self.data_align as u64) as i64
+    }
+
+    fn sfactored(&self, n: i64) -> i64 {
+        n.wrapping_mul(self.data_align)
+    }
+
+    /// Runs the instructions at `[start, end)` of `data`.
+    fn run<S: Sink>(
         &mut self,
         data: &[u8],
         start: usize,
         end: usize,
-        out: &mut Out<'_>,
-    ) -> Result<bool, Error> {
+        stack: &mut [State],
+        sink: &mut S,
+    ) -> Result<Ran, Error> {
         let code = data.get(..end).ok_or(Error::Truncated {
             what: "instructions",
             offset: start,
         })?;
         let mut c = Cursor::at(code, start);
-        let cie = self.cie;
-        let factored = |n: u64| n.wrapping_mul(cie.data_align as u64) as i64;
-        let sfactored = |n: i64| n.wrapping_mul(cie.data_align);
-        while !c.is_empty() {
-            let at = c.pos();
-            let truncated = Error::Truncated {
-                what: "instruction",
-                offset: at,
-            };
-            let op = c.u8().ok_or(truncated)?;
-            let uleb = |c: &mut Cursor<'_>| c.uleb128().ok_or(truncated);
-            let sleb = |c: &mut Cursor<'_>| c.sleb128().ok_or(truncated);
-            let reg16 = |r: u64| u16::try_from(r).map_err(|_| Error::BadRegister { offset: at });
-            let block = |c: &mut Cursor<'_>| -> Result<(), Error> {
-                let n = c.uleb128().ok_or(truncated)?;
-                c.skip(usize::try_from(n).map_err(|_| truncated)?)
-                    .ok_or(truncated)
-            };
-            let flow = match op >> 6 {
-                1 => {
-                    let to = self
-                        .loc
-                        .wrapping_add(u64::from(op & 0x3f).wrapping_mul(cie.code_align));
-                    self.advance(to, at, out)?
-                }
-                2 => {
-                    let off = factored(uleb(&mut c)?);
-                    self.set(u64::from(op & 0x3f), Rule::Offset(off));
-                    Flow::Go
-                }
-                3 => {
-                    self.restore(u64::from(op & 0x3f));
-                    Flow::Go
-                }
-                _ => match op {
-                    0x00 => Flow::Go,
-                    0x01 => {
-                        let p = pointer::read(&mut c, cie.fde_encoding, self.bases, "set_loc")?;
-                        if p.indirect {
-                            return Err(Error::BadInstruction { offset: at });
-                        }
-                        self.advance(p.value, at, out)?
-                    }
-                    0x02..=0x04 => {
-                        let delta = match op {
-                            0x02 => c.u8().map(u64::from),
-                            0x03 => c.u16().map(u64::from),
-                            _ => c.u32().map(u64::from),
-                        }
-                        .ok_or(truncated)?;
-                        let to = self.loc.wrapping_add(delta.wrapping_mul(cie.code_align));
-                        self.advance(to, at, out)?
-                    }
-                    0x05 => {
-                        let r = uleb(&mut c)?;
-                        let off = factored(uleb(&mut c)?);
-                        self.set(r, Rule::Offset(off));
-                        Flow::Go
-                    }
-                    0x06 => {
-                        let r = uleb(&mut c)?;
-                        self.restore(r);
-                        Flow::Go
-                    }
-                    0x07 => {
-                        let r = uleb(&mut c)?;
-                        self.set(r, Rule::Undefined);
-                        Flow::Go
-                    }
-                    0x08 => {
-                        let r = uleb(&mut c)?;
-                        self.set(r, Rule::SameValue);
-                        Flow::Go
-                    }
-                    0x09 => {
-                        let r = uleb(&mut c)?;
-                        let from = reg16(uleb(&mut c)?)?;
-                        self.set(r, Rule::Register(from));
-                        Flow::Go
-                    }
-                    0x0a => {
-                        let slot = self
-                            .stack
-                            .get_mut(self.depth)
-                            .ok_or(Error::StateStackOverflow { offset: at })?;
-                        *slot = self.state;
-                        self.depth += 1;
-                        Flow::Go
-                    }
-                    0x0b => {
-                        if self.depth == 0 {
-                            return Err(Error::StateStackUnderflow { offset: at });
-                        }
-                        self.depth -= 1;
-                        self.state = self.stack[self.depth];
-                        Flow::Go
-                    }
-                    0x0c => {
-                        let reg = reg16(uleb(&mut c)?)?;
-                        let offset = uleb(&mut c)? as i64;
-                        self.state.cfa = Cfa::RegOffset { reg, offset };
-                        Flow::Go
-                    }
-                    0x0d => {
-                        let new = reg16(uleb(&mut c)?)?;
-                        match &mut self.state.cfa {
-                            Cfa::RegOffset { reg, .. } => *reg = new,
-                            Cfa::Expression => return Err(Error::BadInstruction { offset: at }),
-                        }
-                        Flow::Go
-                    }
-                    0x0e | 0x13 => {
-                        let new = if op == 0x0e {
-                            uleb(&mut c)? as i64
-                        } else {
-                            sfactored(sleb(&mut c)?)
-                        };
-                        match &mut self.state.cfa {
-                            Cfa::RegOffset { offset, .. } => *offset = new,
-                            Cfa::Expression => return Err(Error::BadInstruction { offset: at }),
-                        }
-                        Flow::Go
-                    }
-                    0x0f => {
-                        block(&mut c)?;
-                        self.state.cfa = Cfa::Expression;
-                        Flow::Go
-                    }
-                    0x10 | 0x16 => {
-                        let r = uleb(&mut c)?;
-                        block(&mut c)?;
-                        let rule = if op == 0x10 {
-                            Rule::Expression
-                        } else {
-                            Rule::ValExpression
-                        };
-                        self.set(r, rule);
-                        Flow::Go
-                    }
-                    0x11 => {
-                        let r = uleb(&mut c)?;
-                        let off = sfactored(sleb(&mut c)?);
-                        self.set(r, Rule::Offset(off));
-                        Flow::Go
-                    }
-                    0x12 => {
-                        let reg = reg16(uleb(&mut c)?)?;
-                        let offset = sfactored(sleb(&mut c)?);
-                        self.state.cfa = Cfa::RegOffset { reg, offset };
-                        Flow::Go
-                    }
-                    0x14 => {
-                        let r = uleb(&mut c)?;
-                        let off = factored(uleb(&mut c)?);
-                        self.set(r, Rule::ValOffset(off));
-                        Flow::Go
-                    }
-                    0x15 => {
-                        let r = uleb(&mut c)?;
-                        let off = sfactored(sleb(&mut c)?);
-                        self.set(r, Rule::ValOffset(off));
-                        Flow::Go
-                    }
-                    // DW_CFA_AARCH64_negate_ra_state (SPARC's window_save
-                    // shares the number; no SPARC here).
-                    0x2d => {
-                        self.state.ra_signed = !self.state.ra_signed;
-                        Flow::Go
-                    }
-                    // DW_CFA_GNU_args_size: what a landing pad pops; a walk
-                    // takes the CFA as it is.
-                    0x2e => {
-                        uleb(&mut c)?;
-                        Flow::Go
-                    }
-                    // DW_CFA_GNU_negative_offset_extended.
-                    0x2f => {
-                        let r = uleb(&mut c)?;
-                        let off = factored(uleb(&mut c)?).wrapping_neg();
-                        self.set(r, Rule::Offset(off));
-                        Flow::Go
-                    }
-                    _ => {
-                        return Err(Error::UnknownOpcode {
-                            opcode: op,
-                            offset: at,
-                        })
-                    }
-                },
-            };
-            if let Flow::Stop = flow {
-                return Ok(true);
+        while let Some(op) = c.u8() {
+            let at = c.pos() - 1;
+            match self.step(op, &mut c, stack, sink) {
+                Ok(Flow::Go) => {}
+                Ok(Flow::Stop) => return Ok(Ran::Stopped),
+                Ok(Flow::NeedsStack) => return Ok(Ran::NeedsStack(at)),
+                Err(e) => return Err(e.at(at)),
             }
         }
-        Ok(false)
+        Ok(Ran::Ended)
     }
+
+    /// Runs the instruction `op`; `c` is past its opcode.
+    #[inline(always)]
+    fn step<S: Sink>(
+        &mut self,
+        op: u8,
+        c: &mut Cursor<'_>,
+        stack: &mut [State],
+        sink: &mut S,
+    ) -> Result<Flow, Fault> {
+        use Fault::Truncated;
+        let flow = |stop: bool| if stop { Flow::Stop } else { Flow::Go };
+        match op >> 6 {
+            1 => {
+                let delta = u64::from(op & 0x3f).wrapping_mul(self.code_align);
+                let to = self.loc.wrapping_add(delta);
+                return self.checked_advance::<S>(to, sink).map(flow);
+            }
+            2 => {
+                let off = self.factored(c.uleb128().ok_or(Truncated)?);
+                self.set(u64::from(op & 0x3f), Rule::Offset(off));
+                return Ok(Flow::Go);
+            }
+            3 => {
+                self.restore(u64::from(op & 0x3f));
+                return Ok(Flow::Go);
+            }
+            _ => {}
+        }
+        match op {
+            0x00 => {}
+            0x01 => {
+                let p = pointer::read(c, self.fde_encoding, self.bases, "set_loc")
+                    .map_err(Fault::Error)?;
+                if p.indirect {
+                    return Err(Fault::BadInstruction);
+                }
+                return self.checked_advance::<S>(p.value, sink).map(flow);
+            }
+            0x02..=0x04 => {
+                let delta = match op {
+                    0x02 => c.u8().map(u64::from),
+                    0x03 => c.u16().map(u64::from),
+                    _ => c.u32().map(u64::from),
+                }
+                .ok_or(Truncated)?;
+                let to = self.loc.wrapping_add(delta.wrapping_mul(self.code_align));
+                return self.checked_advance::<S>(to, sink).map(flow);
+            }
+            0x05 => {
+                let r = c.uleb128().ok_or(Truncated)?;
+                let off = self.factored(c.uleb128().ok_or(Truncated)?);
+                self.set(r, Rule::Offset(off));
+            }
+            0x06 => {
+                let r = c.uleb128().ok_or(Truncated)?;
+                self.restore(r);
+            }
+            0x07 => {
+                let r = c.uleb128().ok_or(Truncated)?;
+                self.set(r, Rule::Undefined);
+            }
+            0x08 => {
+                let r = c.uleb128().ok_or(Truncated)?;
+                self.set(r, Rule::SameValue);
+            }
+            0x09 => {
+                let r = c.uleb128().ok_or(Truncated)?;
+                let from = reg16(c.uleb128().ok_or(Truncated)?)?;
+                self.set(r, Rule::Register(from));
+            }
+            0x0a => {
+                if stack.is_empty() {
+                    return Ok(Flow::NeedsStack);
+                }
+                let slot = stack.get_mut(self.depth).ok_or(Fault::Overflow)?;
+                *slot = self.state;
+                self.depth += 1;
+            }
+            0x0b => {
+                // An empty stack has had nothing pushed.
+                self.depth = self.depth.checked_sub(1).ok_or(Fault::Underflow)?;
+                self.state = *stack.get(self.depth).ok_or(Fault::Underflow)?;
+            }
+            0x0c => {
+                let reg = reg16(c.uleb128().ok_or(Truncated)?)?;
+                let offset = c.uleb128().ok_or(Truncated)? as i64;
+                self.state.cfa = Cfa::RegOffset { reg, offset };
+            }
+            0x0d => {
+                let new = reg16(c.uleb128().ok_or(Truncated)?)?;
+                match &mut self.state.cfa {
+                    Cfa::RegOffset { reg, .. } => *reg = new,
+                    Cfa::Expression => return Err(Fault::BadInstruction),
+                }
+            }
+            0x0e | 0x13 => {
+                let new = if op == 0x0e {
+                    c.uleb128().ok_or(Truncated)? as i64
+                } else {
+                    self.sfactored(c.sleb128().ok_or(Truncated)?)
+                };
+                match &mut self.state.cfa {
+                    Cfa::RegOffset { offset, .. } => *offset = new,
+                    Cfa::Expression => return Err(Fault::BadInstruction),
+                }
+            }
+            0x0f => {
+                block(c)?;
+                self.state.cfa = Cfa::Expression;
+            }
+            0x10 | 0x16 => {
+                let r = c.uleb128().ok_or(Truncated)?;
+                block(c)?;
+                let rule = if op == 0x10 {
+                    Rule::Expression
+                } else {
+                    Rule::ValExpression
+                };
+                self.set(r, rule);
+            }
+            0x11 => {
+                let r = c.uleb128().ok_or(Truncated)?;
+                let off = self.sfactored(c.sleb128().ok_or(Truncated)?);
+                self.set(r, Rule::Offset(off));
+            }
+            0x12 => {
+                let reg = reg16(c.uleb128().ok_or(Truncated)?)?;
+                let offset = self.sfactored(c.sleb128().ok_or(Truncated)?);
+                self.state.cfa = Cfa::RegOffset { reg, offset };
+            }
+            0x14 => {
+                let r = c.uleb128().ok_or(Truncated)?;
+                let off = self.factored(c.uleb128().ok_or(Truncated)?);
+                self.set(r, Rule::ValOffset(off));
+            }
+            0x15 => {
+                let r = c.uleb128().ok_or(Truncated)?;
+                let off = self.sfactored(c.sleb128().ok_or(Truncated)?);
+                self.set(r, Rule::ValOffset(off));
+            }
+            // DW_CFA_AARCH64_negate_ra_state (SPARC's window_save shares
+            // the number; no SPARC here).
+            0x2d => self.state.ra_signed = !self.state.ra_signed,
+            // DW_CFA_GNU_args_size: what a landing pad pops; a walk takes
+            // the CFA as it is.
+            0x2e => {
+                c.uleb128().ok_or(Truncated)?;
+            }
+            // DW_CFA_GNU_negative_offset_extended.
+            0x2f => {
+                let r = c.uleb128().ok_or(Truncated)?;
+                let off = self.factored(c.uleb128().ok_or(Truncated)?).wrapping_neg();
+                self.set(r, Rule::Offset(off));
+            }
+            _ => return Err(Fault::UnknownOpcode(op)),
+        }
+        Ok(Flow::Go)
+    }
+
+    /// [`Machine::advance`] where advances are allowed: not in a CIE's
+    /// initial instructions, and never backwards.
+    #[inline]
+    fn checked_advance<S: Sink>(&mut self, to: u64, sink: &mut S) -> Result<bool, Fault> {
+        if !S::ADVANCES || to < self.loc {
+            return Err(Fault::BadInstruction);
+        }
+        Ok(self.advance(to, sink))
+    }
+}
+
+/// Whether to go on after an instruction.
+enum Flow {
+    Go,
+    Stop,
+    NeedsStack,
+}
+
+/// What went wrong in one instruction; [`Fault::at`] makes it an
+/// [`Error`] once its offset is known, so the common path builds none.
+enum Fault {
+    Truncated,
+    BadInstruction,
+    BadRegister,
+    Overflow,
+    Underflow,
+    UnknownOpcode(u8),
+    Error(Error),
+}
+
+impl Fault {
+    #[cold]
+    fn at(self, offset: usize) -> Error {
+        match self {
+            Fault::Truncated => Error::Truncated {
+                what: "instruction",
+                offset,
+            },
+            Fault::BadInstruction => Error::BadInstruction { offset },
+            Fault::BadRegister => Error::BadRegister { offset },
+            Fault::Overflow => Error::StateStackOverflow { offset },
+            Fault::Underflow => Error::StateStackUnderflow { offset },
+            Fault::UnknownOpcode(opcode) => Error::UnknownOpcode { opcode, offset },
+            Fault::Error(e) => e,
+        }
+    }
+}
+
+fn reg16(r: u64) -> Result<u16, Fault> {
+    u16::try_from(r).map_err(|_| Fault::BadRegister)
+}
+
+/// Steps over a DWARF expression: its length, then its bytes.
+fn block(c: &mut Cursor<'_>) -> Result<(), Fault> {
+    let n = c.uleb128().ok_or(Fault::Truncated)?;
+    c.skip(usize::try_from(n).map_err(|_| Fault::Truncated)?)
+        .ok_or(Fault::Truncated)
 }
