@@ -101,8 +101,15 @@ impl Cie {
     }
 
     fn parse_body(data: &[u8], r: &Record, bases: &Bases) -> Result<Cie, Error> {
-        let offset = r.offset;
         let content = &data[..r.end];
+        match Cie::parse_usual(content, r) {
+            Some(cie) => Ok(cie),
+            None => Cie::parse_general(content, r, bases),
+        }
+    }
+
+    fn parse_general(content: &[u8], r: &Record, bases: &Bases) -> Result<Cie, Error> {
+        let offset = r.offset;
         let truncated = Error::Truncated {
             what: "CIE",
             offset,
@@ -190,6 +197,68 @@ impl Cie {
     }
 }
 
+impl Cie {
+    /// The CIEs GCC and LLVM write for x86_64 and AArch64, read without
+    /// the general code's steps: version 1, augmentation `zR` or `zPLR`
+    /// (a 4-byte personality pointer, absolute or pc-relative), one-byte
+    /// factors, return address column and augmentation length. `None`
+    /// for any other shape, which [`Cie::parse_body`] reads as well; for
+    /// these it reads the same.
+    #[inline]
+    fn parse_usual(content: &[u8], r: &Record) -> Option<Cie> {
+        let body = content.get(r.body..)?;
+        // The augmentation string's bytes (its NUL included) and the bytes
+        // of its data the letters read.
+        let (aug_len, needed, rest) = match body {
+            [1, b'z', b'R', 0, rest @ ..] => (3, 1, rest),
+            [1, b'z', b'P', b'L', b'R', 0, rest @ ..] => (5, 7, rest),
+            _ => return None,
+        };
+        let &[code_align, data_align, ra, data_len, ref data @ ..] = rest else {
+            return None;
+        };
+        if (code_align | data_align | data_len) >= 0x80 || data_len < needed {
+            return None;
+        }
+        let (fde_encoding, lsda_encoding) = match *data {
+            [enc, ..] if needed == 1 => (enc, DW_EH_PE_OMIT),
+            [personality, _, _, _, _, lsda, enc, ..]
+                if matches!(personality & 0x70, 0 | pointer::DW_EH_PE_PCREL)
+                    && matches!(
+                        personality & 0x0f,
+                        pointer::DW_EH_PE_UDATA4 | pointer::DW_EH_PE_SDATA4
+                    ) =>
+            {
+                (enc, lsda)
+            }
+            _ => return None,
+        };
+        if fde_encoding == DW_EH_PE_OMIT || !pointer::is_known(fde_encoding) {
+            return None;
+        }
+        // Version, string, three one-byte fields, the data's length.
+        let data_at = r.body + 1 + aug_len + 4;
+        let data_end = data_at + usize::from(data_len);
+        if data_end > content.len() {
+            return None;
+        }
+        Some(Cie {
+            offset: r.offset,
+            version: 1,
+            code_align: u64::from(code_align),
+            // Bit 6 is the sign of a one-byte SLEB128.
+            data_align: i64::from((data_align << 1) as i8 >> 1),
+            ra_register: u16::from(ra),
+            fde_encoding,
+            lsda_encoding,
+            has_augmentation_data: true,
+            signal_frame: false,
+            b_key: false,
+            instructions: (data_end, r.end),
+        })
+    }
+}
+
 /// A Frame Description Entry: one function's address range and
 /// instructions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -250,8 +319,17 @@ impl Fde {
         cie: &Cie,
         bases: &Bases,
     ) -> Result<Fde, Error> {
-        let offset = r.offset;
         let content = &data[..r.end];
+        if cie.fde_encoding == PCREL_SDATA4 && cie.has_augmentation_data {
+            if let Some(fde) = Fde::parse_usual(content, r, cie, bases) {
+                return Ok(fde);
+            }
+        }
+        Fde::parse_general(content, r, cie, bases)
+    }
+
+    fn parse_general(content: &[u8], r: &Record, cie: &Cie, bases: &Bases) -> Result<Fde, Error> {
+        let offset = r.offset;
         let truncated = Error::Truncated {
             what: "FDE",
             offset,
@@ -281,5 +359,127 @@ impl Fde {
             pc_range: range.value,
             instructions: (c.pos(), r.end),
         })
+    }
+}
+
+/// The FDE encoding every x86_64 and AArch64 toolchain writes.
+const PCREL_SDATA4: u8 = pointer::DW_EH_PE_PCREL | pointer::DW_EH_PE_SDATA4;
+
+impl Fde {
+    /// [`Fde::parse_with`] for a CIE of `pcrel | sdata4` FDEs with
+    /// augmentation data, and a one-byte augmentation length; `None` for
+    /// anything else (an error included), which the general code reads.
+    #[inline]
+    fn parse_usual(content: &[u8], r: &Record, cie: &Cie, bases: &Bases) -> Option<Fde> {
+        let &[b0, b1, b2, b3, r0, r1, r2, r3, data_len, ..] = content.get(r.body..)? else {
+            return None;
+        };
+        if data_len >= 0x80 {
+            return None;
+        }
+        let instructions = r.body + 9 + usize::from(data_len);
+        if instructions > content.len() {
+            return None;
+        }
+        let field = bases.section.wrapping_add(r.body as u64);
+        let begin = field.wrapping_add(i32::from_le_bytes([b0, b1, b2, b3]) as i64 as u64);
+        // The range is read as its format alone: signed.
+        let range = i32::from_le_bytes([r0, r1, r2, r3]) as i64 as u64;
+        begin.checked_add(range)?;
+        Some(Fde {
+            offset: r.offset,
+            cie_offset: cie.offset,
+            pc_begin: begin,
+            pc_range: range,
+            instructions: (instructions, r.end),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A record of `body` (after its id field) at offset 0 of a section
+    /// at 0x2000.
+    fn record_of(id: u32, body: &[u8]) -> (Vec<u8>, Record) {
+        let mut data = ((body.len() + 4) as u32).to_le_bytes().to_vec();
+        data.extend_from_slice(&id.to_le_bytes());
+        data.extend_from_slice(body);
+        let r = record(&data, 0).unwrap().unwrap();
+        (data, r)
+    }
+
+    const BASES: Bases = Bases {
+        section: 0x2000,
+        data: Some(0x1800),
+        func: None,
+    };
+
+    #[test]
+    fn the_usual_cie_reads_as_the_general_code_reads_it() {
+        let mut bodies: Vec<Vec<u8>> = Vec::new();
+        for (caf, daf, ra) in [(1, 0x78, 16), (4, 0x7c, 30), (0x80, 0x78, 16), (1, 0x80, 16)] {
+            for data in [&[0x1b][..], &[0x03], &[0xff], &[0x07], &[0x1b, 0, 0], &[]] {
+                let mut b = vec![1, b'z', b'R', 0, caf, daf, ra, data.len() as u8];
+                b.extend_from_slice(data);
+                b.extend_from_slice(&[0x0c, 7, 8]);
+                bodies.push(b);
+            }
+            for p in [0x9b, 0x1b, 0x03, 0x00, 0x3b, 0x50, 0x0c, 0xff] {
+                for len in [7, 6, 9] {
+                    let mut b = vec![1, b'z', b'P', b'L', b'R', 0, caf, daf, ra, len];
+                    b.extend_from_slice(&[p, 1, 2, 3, 4, 0x1b, 0x1b, 0, 0][..len as usize]);
+                    bodies.push(b);
+                }
+            }
+        }
+        bodies.push(vec![1, b'z', b'R', 0, 1, 0x78, 16, 1]);
+        bodies.push(vec![3, b'z', b'R', 0, 1, 0x78, 16, 1, 0x1b]);
+        let mut usual = 0;
+        for body in &bodies {
+            for cut in 0..=body.len() {
+                let (data, r) = record_of(0, &body[..cut]);
+                let general = Cie::parse_general(&data[..r.end], &r, &BASES);
+                if let Some(cie) = Cie::parse_usual(&data[..r.end], &r) {
+                    assert_eq!(Ok(cie), general, "{:x?}", &body[..cut]);
+                    usual += 1;
+                }
+            }
+        }
+        assert!(usual > 20, "{usual}");
+    }
+
+    #[test]
+    fn the_usual_fde_reads_as_the_general_code_reads_it() {
+        let (cie_data, cie_r) = record_of(0, &[1, b'z', b'R', 0, 1, 0x78, 16, 1, 0x1b]);
+        let cie = Cie::parse_general(&cie_data, &cie_r, &BASES).unwrap();
+        let mut usual = 0;
+        for begin in [-0x1000i32, 0x10, i32::MAX, i32::MIN] {
+            for range in [0x100i32, -1, i32::MAX] {
+                for aug in [&[0u8][..], &[2, 0, 0], &[0x80, 0], &[5]] {
+                    let mut body = begin.to_le_bytes().to_vec();
+                    body.extend_from_slice(&range.to_le_bytes());
+                    body.extend_from_slice(aug);
+                    body.extend_from_slice(&[0x41, 0x0e, 0x10]);
+                    for cut in 0..=body.len() {
+                        let (data, r) = record_of(8, &body[..cut]);
+                        let bases = Bases {
+                            section: u64::MAX - 0x20,
+                            ..BASES
+                        };
+                        for bases in [BASES, bases] {
+                            let content = &data[..r.end];
+                            let general = Fde::parse_general(content, &r, &cie, &bases);
+                            if let Some(fde) = Fde::parse_usual(content, &r, &cie, &bases) {
+                                assert_eq!(Ok(fde), general, "{:x?}", &body[..cut]);
+                                usual += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(usual > 20, "{usual}");
     }
 }
