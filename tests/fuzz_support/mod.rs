@@ -32,6 +32,13 @@ pub fn sframe_parse(data: &[u8]) {
             first_covering(&sf, pc),
             "at {pc:#x}"
         );
+        // A lookup decodes its FDE without validation's checks: as
+        // `functions()` decodes it with them.
+        for s in [&sf, &by_fde] {
+            let found = s.find_function(pc).map(|f| f.fde);
+            let listed = found.and_then(|f| sf.functions().find(|g| g.fde.at == f.at));
+            assert_eq!(found, listed.map(|g| g.fde), "at {pc:#x}");
+        }
     };
     let _ = sf.pc_range();
     for f in sf.functions() {

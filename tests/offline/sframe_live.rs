@@ -466,11 +466,18 @@ fn fde_index_agrees(file: &[u8]) -> usize {
         for pc in lo - 16..hi + 16 {
             let row = indexed.find_row(pc);
             assert_eq!(row, sframe.find_row(pc), "at {pc:#x} with {slots} slots");
+            let fde = indexed.find_function(pc).map(|f| f.fde);
             assert_eq!(
-                indexed.find_function(pc).map(|f| f.fde.at),
-                sframe.find_function(pc).map(|f| f.fde.at),
+                fde,
+                sframe.find_function(pc).map(|f| f.fde),
                 "at {pc:#x} with {slots} slots"
             );
+            // Decoded for the lookup as `functions()` decodes it, with
+            // every check of validation.
+            if let Some(fde) = fde {
+                let listed = sframe.functions().find(|f| f.fde.at == fde.at);
+                assert_eq!(Some(fde), listed.map(|f| f.fde), "at {pc:#x}");
+            }
             found += usize::from(row.is_some());
         }
     }

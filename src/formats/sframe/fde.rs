@@ -170,6 +170,45 @@ impl Fde {
         })
     }
 
+    /// [`Fde::read`] of FDE `i` of a validated section (every FDE was
+    /// read so, and none failed), for lookups: versions 1 and 2 are read
+    /// without the checks validation made, in wrapping arithmetic; version
+    /// 3 as `read` does. `None` where `i` lies outside the data, which
+    /// validation rules out.
+    #[inline(always)]
+    pub(crate) fn read_validated(data: &[u8], h: &Header, i: u32, base: u64) -> Option<Fde> {
+        if h.version == 3 {
+            return Fde::read(data, h, i, base).ok();
+        }
+        let at = (i as usize).wrapping_mul(h.fde_size()).wrapping_add(h.fdes);
+        // Both versions: start offset, size, FRE offset, FRE count, info;
+        // version 2 then its repetition size.
+        let b: &[u8; 17] = data.get(at..at.wrapping_add(17))?.try_into().ok()?;
+        let rep_size = if h.version == 2 {
+            *data.get(at.wrapping_add(17))?
+        } else {
+            16
+        };
+        let word = |k: usize| u32::from_le_bytes([b[k], b[k + 1], b[k + 2], b[k + 3]]);
+        let rel = i64::from(word(0) as i32);
+        let anchor = if h.field_relative() { at } else { h.at };
+        let info = b[16];
+        Some(Fde {
+            at,
+            index: i,
+            start: base.wrapping_add(anchor as u64).wrapping_add_signed(rel),
+            size: word(4),
+            fres: h.fres.wrapping_add(word(8) as usize),
+            num_fres: word(12),
+            addr_size: 1 << (info & 0xf).min(2),
+            pc_mask: info & 0x10 != 0,
+            rep_size,
+            pauth_key_b: info & 0x20 != 0,
+            signal: false,
+            fde_type: 0,
+        })
+    }
+
     /// Start address and size of FDE `i`, without the rest: the binary
     /// search's probe. `None` only for input that validation rejects.
     pub(crate) fn start_of(data: &[u8], h: &Header, i: u32, base: u64) -> Option<(u64, u32)> {

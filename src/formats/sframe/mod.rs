@@ -720,11 +720,10 @@ impl<'a> SFrame<'a> {
             // instructions a zero-size FDE) cover nothing, but may start
             // inside or at the start of the one that covers pc: step back
             // over them. Validation saw that the others do not overlap.
-            // Each candidate is decoded once, in full: validation read
-            // every FDE so.
+            // Each candidate is decoded once, in full.
             let mut i = lo.checked_sub(1)?;
             loop {
-                let fde = Fde::read(data, h, i, base).ok()?;
+                let fde = Fde::read_validated(data, h, i, base)?;
                 if fde.size != 0 {
                     break covers((fde.start, fde.size)).then_some(fde);
                 }
@@ -732,7 +731,7 @@ impl<'a> SFrame<'a> {
             }
         } else {
             let i = (0..h.num_fdes).find(|&i| start_of(i).is_some_and(covers))?;
-            Fde::read(data, h, i, base).ok()
+            Fde::read_validated(data, h, i, base)
         }
     }
 
