@@ -741,7 +741,16 @@ mod fork_tests {
             .unwrap()
             .join()
             .unwrap();
-        // The thread has exited: its name is gone with it.
+        // The thread has exited: its name is gone with it. `join` returns
+        // once the kernel clears the thread's id, a little before its
+        // `/proc` entry goes (later still under qemu-user): wait for that.
+        let task = format!("/proc/self/task/{tid}");
+        for _ in 0..2000 {
+            if !std::path::Path::new(&task).exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         let mut gone = Vec::new();
         drain(|s| gone.extend((s.tid == tid).then(|| (s.thread_name().to_vec(), s.time_ns()))));
         assert_eq!(gone.len(), 1);
