@@ -58,6 +58,55 @@ pub(crate) fn record(data: &[u8], offset: usize) -> Result<Option<Record>, Error
     }))
 }
 
+/// A record's first 16 bytes read as the usual FDE's: a 32-bit length,
+/// the CIE pointer, a `pcrel | sdata4` start and a 32-bit range. Reading
+/// them once lets an index lookup both rule the FDE out cheaply and,
+/// where it cannot, frame the record without reading it again.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Head {
+    pub len: u32,
+    pub id: u32,
+    pub begin: i32,
+    pub range: u32,
+}
+
+impl Head {
+    /// The 16 bytes at `offset`; `None` where fewer remain.
+    #[inline]
+    pub fn read(data: &[u8], offset: usize) -> Option<Head> {
+        let b = data.get(offset..)?.first_chunk::<16>()?;
+        let word = |i: usize| [b[i], b[i + 1], b[i + 2], b[i + 3]];
+        Some(Head {
+            len: u32::from_le_bytes(word(0)),
+            id: u32::from_le_bytes(word(4)),
+            begin: i32::from_le_bytes(word(8)),
+            range: u32::from_le_bytes(word(12)),
+        })
+    }
+
+    /// The record at `offset` as [`record`] reads it, where its length is
+    /// a 32-bit one and the record fits `data`; `None` for any other
+    /// case (a terminator, a 64-bit length, an error), which [`record`]
+    /// reads.
+    #[inline]
+    pub fn record(&self, data: &[u8], offset: usize) -> Option<Record> {
+        if self.len < 4 || self.len == 0xffff_ffff {
+            return None;
+        }
+        let id_at = offset.checked_add(4)?;
+        let end = id_at
+            .checked_add(usize::try_from(self.len).ok()?)
+            .filter(|&e| e <= data.len())?;
+        Some(Record {
+            offset,
+            id_at,
+            id: u64::from(self.id),
+            body: id_at + 4,
+            end,
+        })
+    }
+}
+
 /// A Common Information Entry: what a group of FDEs share.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Cie {

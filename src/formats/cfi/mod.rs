@@ -50,6 +50,7 @@ pub use program::{for_each_row, row_at, Cfa, CfiRow, Rule, MAX_STATE_DEPTH};
 pub use row::{Inexpressible, Registers};
 
 use crate::formats::sframe::Row;
+use entry::Head;
 use pointer::Bases;
 
 /// A module's call frame information: `.eh_frame`, and its index where
@@ -138,34 +139,33 @@ impl<'a> Cfi<'a> {
                 // Most pcs an index finds no FDE for lie in code without
                 // CFI after some function with it: tell those without
                 // parsing the CIE.
-                if self.surely_outside(offset, start, pc) {
+                let head = Head::read(self.eh_frame, offset);
+                if head.is_some_and(|h| self.surely_outside(&h, offset, start, pc)) {
                     return Ok(None);
                 }
-                let found = Fde::parse(self.eh_frame, offset, &bases)?;
+                let found = match head.and_then(|h| h.record(self.eh_frame, offset)) {
+                    Some(r) if r.id != 0 => Fde::parse_record(self.eh_frame, &r, &bases)?,
+                    _ => Fde::parse(self.eh_frame, offset, &bases)?,
+                };
                 Ok(found.0.contains(pc).then_some(found))
             }
             None => self.scan(pc, &bases),
         }
     }
 
-    /// Whether the FDE at `offset`, which the index says starts at `start`,
-    /// certainly does not cover `pc`: read as the usual `pcrel | sdata4`
-    /// FDE (a 32-bit record, its start relative to its own field, a 32-bit
-    /// range after it), it starts at `start` and ends at or below `pc`. A
-    /// record of another shape seldom reads so; if one did, this could
-    /// hide its row (the walk then falls back), never give a wrong one.
-    fn surely_outside(&self, offset: usize, start: u64, pc: u64) -> bool {
-        use crate::formats::cursor::Cursor;
-        let mut c = Cursor::at(self.eh_frame, offset);
-        let (Some(len), Some(id), Some(begin), Some(range)) = (c.u32(), c.u32(), c.i32(), c.u32())
-        else {
-            return false;
-        };
+    /// Whether the FDE at `offset` (whose first bytes are `h`), which the
+    /// index says starts at `start`, certainly does not cover `pc`: read
+    /// as the usual `pcrel | sdata4` FDE (a 32-bit record, its start
+    /// relative to its own field, a 32-bit range after it), it starts at
+    /// `start` and ends at or below `pc`. A record of another shape seldom
+    /// reads so; if one did, this could hide its row (the walk then falls
+    /// back), never give a wrong one.
+    fn surely_outside(&self, h: &Head, offset: usize, start: u64, pc: u64) -> bool {
         let field = self.eh_frame_addr.wrapping_add(offset as u64 + 8);
-        len != 0xffff_ffff
-            && id != 0
-            && field.wrapping_add(begin as i64 as u64) == start
-            && pc.wrapping_sub(start) >= u64::from(range)
+        h.len != 0xffff_ffff
+            && h.id != 0
+            && field.wrapping_add(h.begin as i64 as u64) == start
+            && pc.wrapping_sub(start) >= u64::from(h.range)
     }
 
     /// Every record in turn, for data without an index.
