@@ -112,12 +112,15 @@ impl Cursor<'_> {
                 self.pos += 1;
                 Some(u64::from(b))
             }
-            _ => self.uleb128_long(),
+            _ => {
+                let (value, pos) = uleb128_long(self.data, self.pos);
+                self.pos = pos;
+                value
+            }
         }
     }
 
-    #[inline(never)]
-    fn uleb128_long(&mut self) -> Option<u64> {
+    fn uleb128_loop(&mut self) -> Option<u64> {
         let mut value = 0u64;
         let mut shift = 0u32;
         loop {
@@ -150,12 +153,15 @@ impl Cursor<'_> {
                 // Bit 6 is the sign: shift it to the top and back.
                 Some(i64::from((b << 1) as i8 >> 1))
             }
-            _ => self.sleb128_long(),
+            _ => {
+                let (value, pos) = sleb128_long(self.data, self.pos);
+                self.pos = pos;
+                value
+            }
         }
     }
 
-    #[inline(never)]
-    fn sleb128_long(&mut self) -> Option<i64> {
+    fn sleb128_loop(&mut self) -> Option<i64> {
         let mut value = 0i64;
         let mut shift = 0u32;
         loop {
@@ -183,4 +189,20 @@ impl Cursor<'_> {
     pub fn is_empty(&self) -> bool {
         self.pos >= self.data.len()
     }
+}
+
+// The multi-byte LEB128 readers take the cursor's fields by value and hand
+// back where they stopped: a cursor whose address no out-of-line code
+// takes can live in registers through an inlined caller's loop.
+
+#[inline(never)]
+fn uleb128_long(data: &[u8], pos: usize) -> (Option<u64>, usize) {
+    let mut c = Cursor::at(data, pos);
+    (c.uleb128_loop(), c.pos)
+}
+
+#[inline(never)]
+fn sleb128_long(data: &[u8], pos: usize) -> (Option<i64>, usize) {
+    let mut c = Cursor::at(data, pos);
+    (c.sleb128_loop(), c.pos)
 }
