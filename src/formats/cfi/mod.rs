@@ -126,6 +126,13 @@ impl<'a> Cfi<'a> {
 
     /// The FDE covering `pc` and its CIE.
     pub fn find_fde(&self, pc: u64) -> Result<Option<(Fde, Cie)>, Error> {
+        self.find(pc)
+    }
+
+    // Inlined into the walker's lookup, whose (FDE, CIE) pair then is
+    // never copied out of a returned `Result`.
+    #[inline(always)]
+    fn find(&self, pc: u64) -> Result<Option<(Fde, Cie)>, Error> {
         let bases = self.bases();
         match &self.index {
             Some(index) => {
@@ -206,7 +213,7 @@ impl<'a> Cfi<'a> {
     /// `Err` where one does but its rule is one the walker cannot take
     /// (or the data is malformed).
     pub fn unwind_row(&self, pc: u64) -> Result<Option<Row>, Inexpressible> {
-        self.walker_row(self.find_fde(pc), pc)
+        self.walker_row(self.find(pc), pc)
     }
 
     /// As [`Cfi::unwind_row`], with the FDE at `offset` in `.eh_frame`
@@ -218,6 +225,8 @@ impl<'a> Cfi<'a> {
         self.walker_row(found, pc)
     }
 
+    // Inlined, as `find` is, so the lookup's pieces share one frame.
+    #[inline(always)]
     fn walker_row(
         &self,
         found: Result<Option<(Fde, Cie)>, Error>,

@@ -71,6 +71,7 @@ impl Inexpressible {
 
 /// The walker's form of `row`, from `fde` under `cie`, with the stack
 /// pointer, frame pointer and link register numbered as `regs` says.
+#[inline]
 pub(crate) fn to_row(
     row: &CfiRow,
     fde: &Fde,
