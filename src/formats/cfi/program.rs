@@ -362,24 +362,19 @@ impl Machine<'_> {
     ) -> Result<Flow, Fault> {
         use Fault::Truncated;
         let flow = |stop: bool| if stop { Flow::Stop } else { Flow::Go };
-        match op >> 6 {
-            1 => {
+        // One match over every opcode: a single dispatch, the primary
+        // opcodes (operand in the low six bits) as ranges.
+        match op {
+            0x40..=0x7f => {
                 let delta = u64::from(op & 0x3f).wrapping_mul(self.code_align);
                 let to = self.loc.wrapping_add(delta);
                 return self.checked_advance::<S>(to, sink).map(flow);
             }
-            2 => {
+            0x80..=0xbf => {
                 let off = self.factored(c.uleb128().ok_or(Truncated)?);
                 self.set(u64::from(op & 0x3f), Rule::Offset(off));
-                return Ok(Flow::Go);
             }
-            3 => {
-                self.restore(u64::from(op & 0x3f));
-                return Ok(Flow::Go);
-            }
-            _ => {}
-        }
-        match op {
+            0xc0..=0xff => self.restore(u64::from(op & 0x3f)),
             0x00 => {}
             0x01 => {
                 let p = pointer::read(c, self.fde_encoding, self.bases, "set_loc")
