@@ -111,20 +111,23 @@ impl<'a> Fre<'a> {
         Ok((fre, to))
     }
 
-    /// Reads only the start address of the FRE at `at` and the offset just
-    /// past it: the cheap step of a scan for the row that covers a pc.
-    pub(crate) fn skip(data: &[u8], at: usize, addr_size: u8) -> Option<(u32, usize)> {
-        let mut c = Cursor::at(data, at);
-        let start = match addr_size {
-            1 => u32::from(c.u8()?),
-            2 => u32::from(c.u16()?),
-            _ => c.u32()?,
-        };
-        let info = c.u8()?;
-        // Word sizes 1, 2, 4 (and the invalid 3, which `read` rejects, as 4).
-        let shift = ((info >> 5) & 3).min(2);
-        let words = usize::from((info >> 1) & 0xf) << shift;
-        Some((start, c.pos().checked_add(words)?))
+    /// Of the `num` FREs from offset `first` (start addresses of
+    /// `addr_size` bytes), the offset of the last whose start is at or
+    /// below `off`: the one whose row covers it. `None` where the first
+    /// starts above `off`, or an FRE's head lies past `data`. Skims the
+    /// heads alone, in a loop made for each start-address size.
+    pub(crate) fn last_at_or_below(
+        data: &[u8],
+        first: usize,
+        num: u32,
+        addr_size: u8,
+        off: u64,
+    ) -> Option<usize> {
+        match addr_size {
+            1 => skim::<1>(data, first, num, off),
+            2 => skim::<2>(data, first, num, off),
+            _ => skim::<4>(data, first, num, off),
+        }
     }
 
     /// Interprets the data words: the header's fixed offsets and the FDE's
@@ -258,4 +261,26 @@ impl<'a> Fre<'a> {
 fn control(ctrl: u32) -> Result<(bool, bool, u16), RuleError> {
     let reg = u16::try_from(ctrl >> 3).map_err(|_| RuleError)?;
     Ok((ctrl & 1 != 0, ctrl & 2 != 0, reg))
+}
+
+/// [`Fre::last_at_or_below`] for `A`-byte start addresses.
+#[inline(always)]
+fn skim<const A: usize>(data: &[u8], mut at: usize, num: u32, off: u64) -> Option<usize> {
+    let mut found = None;
+    for _ in 0..num {
+        let head = data.get(at..at.checked_add(A + 1)?)?;
+        let start = head[..A]
+            .iter()
+            .rev()
+            .fold(0u64, |v, &b| v << 8 | u64::from(b));
+        if start > off {
+            break;
+        }
+        let info = head[A];
+        // Word sizes 1, 2, 4 (and the invalid 3, which `read` rejects, as 4).
+        let shift = ((info >> 5) & 3).min(2);
+        found = Some(at);
+        at += A + 1 + (usize::from((info >> 1) & 0xf) << shift);
+    }
+    found
 }

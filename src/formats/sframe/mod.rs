@@ -830,15 +830,7 @@ fn row_in(data: &[u8], h: &Header, fde: &Fde, pc: u64) -> Option<Row> {
         off %= rep;
     }
     // Skim the start addresses; decode only the row that applies.
-    let (mut at, mut found) = (fde.fres, None);
-    for _ in 0..fde.num_fres {
-        let (start, next) = Fre::skip(data, at, fde.addr_size)?;
-        if u64::from(start) > off {
-            break;
-        }
-        found = Some(at);
-        at = next;
-    }
-    let (fre, _) = Fre::read(data, found?, fde.addr_size).ok()?;
+    let found = Fre::last_at_or_below(data, fde.fres, fde.num_fres, fde.addr_size, off)?;
+    let (fre, _) = Fre::read(data, found, fde.addr_size).ok()?;
     fre.row(h, fde, block + u64::from(fre.start)).ok()
 }
