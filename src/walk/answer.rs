@@ -94,6 +94,7 @@ impl Answer {
     /// A rule the hot path applies; [`Answer::SLOW`] if its CFA offset plus
     /// RA offset needs more than the 24 bits it is packed into (a frame of
     /// about 8 MiB or more).
+    #[inline(always)]
     pub const fn from_rule(r: SimpleRule) -> Answer {
         let ra_at = r.cfa_off as i64 + r.ra_off as i64;
         if ra_at < -(1 << 23) || ra_at >= 1 << 23 {
