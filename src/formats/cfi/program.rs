@@ -111,9 +111,218 @@ pub fn row_at(
     bases: &Bases,
     pc: u64,
 ) -> Result<Option<CfiRow>, Error> {
+    let k = Factors {
+        code_align: cie.code_align,
+        data_align: cie.data_align,
+        ra_register: cie.ra_register,
+        fp_register,
+    };
+    // The common opcodes run here with the state in locals; at any other
+    // (or any fault) the general machine takes over at that instruction
+    // from the state so far, so rows and errors are the general ones.
+    let mut s = Quick::INITIAL;
+    let (start, end) = cie.instructions;
+    let Some(code) = data.get(..end) else {
+        let from = (Resume::Cie(start), fde.pc_begin);
+        return seek_from(data, cie, fde, fp_register, bases, pc, from, s, Quick::INITIAL);
+    };
+    let mut c = Cursor::at(code, start);
+    loop {
+        let at = c.pos();
+        let Some(op) = c.u8() else { break };
+        if !matches!(s.step(op, &mut c, &Quick::INITIAL, &k), Op::Go) {
+            let from = (Resume::Cie(at), fde.pc_begin);
+            return seek_from(data, cie, fde, fp_register, bases, pc, from, s, Quick::INITIAL);
+        }
+    }
+    let initial = s;
+    let mut loc = fde.pc_begin;
+    let end_pc = fde.pc_begin.wrapping_add(fde.pc_range);
+    let (start, end) = fde.instructions;
+    let resume = |at, s, loc| {
+        let from = (Resume::Fde(at), loc);
+        seek_from(data, cie, fde, fp_register, bases, pc, from, s, initial)
+    };
+    let Some(code) = data.get(..end) else {
+        return resume(start, s, loc);
+    };
+    let mut c = Cursor::at(code, start);
+    loop {
+        let at = c.pos();
+        let Some(op) = c.u8() else { break };
+        match s.step(op, &mut c, &initial, &k) {
+            Op::Go => {}
+            // As `Machine::advance` with a `Seek`.
+            Op::Advance(delta) if loc.checked_add(delta).is_some() => {
+                let to = (loc + delta).min(end_pc);
+                if to > loc {
+                    if pc < to {
+                        return Ok((pc >= loc).then(|| s.state(data, &k).row(loc, to)));
+                    }
+                    loc = to;
+                    if to == end_pc {
+                        return Ok(None);
+                    }
+                }
+            }
+            Op::Advance(_) | Op::Other => return resume(at, s, loc),
+        }
+    }
+    // The last row runs to the function's end.
+    Ok((loc <= pc && pc < end_pc).then(|| s.state(data, &k).row(loc, end_pc)))
+}
+
+/// [`row_at`] by the general machine, from the state `s` (the CIE's
+/// `initial`, at `loc`) at the instruction `from` names.
+#[cold]
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn seek_from(
+    data: &[u8],
+    cie: &Cie,
+    fde: &Fde,
+    fp_register: u16,
+    bases: &Bases,
+    pc: u64,
+    (from, loc): (Resume, u64),
+    s: Quick,
+    initial: Quick,
+) -> Result<Option<CfiRow>, Error> {
+    let mut m = Machine::new(cie, fde, fp_register, bases);
+    m.state = s.state(data, &m.factors());
+    m.initial = initial.state(data, &m.factors());
+    m.loc = loc;
     let mut seek = Seek { pc, found: None };
-    run_fde(data, cie, fde, fp_register, bases, &mut seek)?;
+    run_from(m, data, cie, fde, from, &mut seek)?;
     Ok(seek.found)
+}
+
+/// The CIE's factors and the registers rows carry rules for.
+struct Factors {
+    code_align: u64,
+    data_align: i64,
+    ra_register: u16,
+    fp_register: u16,
+}
+
+/// [`row_at`]'s state. Its CFA is a register plus an offset, and the
+/// only rules it gives are `DW_CFA_offset`'s: it keeps where the operand
+/// of the one in force is and reads it out only for the row it makes, so
+/// the loop carries one word per rule.
+#[derive(Clone, Copy)]
+struct Quick {
+    cfa_reg: u16,
+    cfa_offset: i64,
+    /// Where the `DW_CFA_offset` operand for the return address is in
+    /// the section, or [`Quick::UNSPECIFIED`].
+    ra: usize,
+    /// As `ra`, for the frame pointer.
+    fp: usize,
+    ra_signed: bool,
+}
+
+/// What [`Quick::step`] made of an instruction.
+enum Op {
+    Go,
+    /// An advance by this many bytes, not yet checked.
+    Advance(u64),
+    /// One for the general machine, which has not been run.
+    Other,
+}
+
+impl Quick {
+    /// No operand: [`Rule::Unspecified`].
+    const UNSPECIFIED: usize = usize::MAX;
+
+    const INITIAL: Quick = Quick {
+        cfa_reg: 0,
+        cfa_offset: 0,
+        ra: Quick::UNSPECIFIED,
+        fp: Quick::UNSPECIFIED,
+        ra_signed: false,
+    };
+
+    fn state(&self, data: &[u8], k: &Factors) -> State {
+        let rule = |at: usize| {
+            if at == Quick::UNSPECIFIED {
+                return Rule::Unspecified;
+            }
+            // The operand was read whole once, so it reads again.
+            let n = Cursor::at(data, at).uleb128().unwrap_or(0);
+            Rule::Offset(n.wrapping_mul(k.data_align as u64) as i64)
+        };
+        State {
+            cfa: Cfa::RegOffset {
+                reg: self.cfa_reg,
+                offset: self.cfa_offset,
+            },
+            ra: rule(self.ra),
+            fp: rule(self.fp),
+            ra_signed: self.ra_signed,
+        }
+    }
+
+    /// Runs `op` as [`Machine::step`] does if it is one of the common
+    /// opcodes and reads whole; otherwise changes no rule (the cursor is
+    /// then of no use: the general machine starts over at `op`).
+    #[inline(always)]
+    fn step(&mut self, op: u8, c: &mut Cursor<'_>, initial: &Quick, k: &Factors) -> Op {
+        match op {
+            0x40..=0x7f => return Op::Advance(u64::from(op & 0x3f).wrapping_mul(k.code_align)),
+            0x80..=0xbf => {
+                let at = c.pos();
+                if c.uleb128().is_none() {
+                    return Op::Other;
+                }
+                let reg = u16::from(op & 0x3f);
+                if reg == k.ra_register {
+                    self.ra = at;
+                }
+                if reg == k.fp_register {
+                    self.fp = at;
+                }
+            }
+            0xc0..=0xff => {
+                let reg = u16::from(op & 0x3f);
+                if reg == k.ra_register {
+                    self.ra = initial.ra;
+                }
+                if reg == k.fp_register {
+                    self.fp = initial.fp;
+                }
+            }
+            0x00 => {}
+            0x02..=0x04 => {
+                let delta = match op {
+                    0x02 => c.u8().map(u64::from),
+                    0x03 => c.u16().map(u64::from),
+                    _ => c.u32().map(u64::from),
+                };
+                let Some(delta) = delta else { return Op::Other };
+                return Op::Advance(delta.wrapping_mul(k.code_align));
+            }
+            0x0c => {
+                let (Some(reg), Some(off)) = (c.uleb128(), c.uleb128()) else {
+                    return Op::Other;
+                };
+                let Ok(reg) = u16::try_from(reg) else { return Op::Other };
+                (self.cfa_reg, self.cfa_offset) = (reg, off as i64);
+            }
+            0x0d => {
+                let Some(Ok(reg)) = c.uleb128().map(u16::try_from) else {
+                    return Op::Other;
+                };
+                self.cfa_reg = reg;
+            }
+            0x0e => {
+                let Some(off) = c.uleb128() else { return Op::Other };
+                self.cfa_offset = off as i64;
+            }
+            0x2d => self.ra_signed = !self.ra_signed,
+            _ => return Op::Other,
+        }
+        Op::Go
+    }
 }
 
 /// Where a run's rows go.
@@ -175,6 +384,22 @@ impl State {
     }
 }
 
+/// [`row_at`] by the general machine alone: what its quick loop must
+/// match.
+#[cfg(test)]
+pub(super) fn row_at_general(
+    data: &[u8],
+    cie: &Cie,
+    fde: &Fde,
+    fp_register: u16,
+    bases: &Bases,
+    pc: u64,
+) -> Result<Option<CfiRow>, Error> {
+    let mut seek = Seek { pc, found: None };
+    run_fde(data, cie, fde, fp_register, bases, &mut seek)?;
+    Ok(seek.found)
+}
+
 /// Runs the CIE's initial instructions, then the FDE's, into `sink`.
 fn run_fde<S: Sink>(
     data: &[u8],
@@ -184,22 +409,21 @@ fn run_fde<S: Sink>(
     bases: &Bases,
     sink: &mut S,
 ) -> Result<(), Error> {
-    let mut m = Machine {
-        code_align: cie.code_align,
-        data_align: cie.data_align,
-        ra_register: cie.ra_register,
-        fde_encoding: cie.fde_encoding,
-        fp_register,
-        bases,
-        state: INITIAL,
-        initial: INITIAL,
-        depth: 0,
-        loc: fde.pc_begin,
-        end: fde.pc_begin.wrapping_add(fde.pc_range),
-    };
+    let m = Machine::new(cie, fde, fp_register, bases);
+    run_from(m, data, cie, fde, Resume::Cie(cie.instructions.0), sink)
+}
+
+/// Runs `m` from `start` into `sink`.
+fn run_from<S: Sink>(
+    mut m: Machine<'_>,
+    data: &[u8],
+    cie: &Cie,
+    fde: &Fde,
+    start: Resume,
+    sink: &mut S,
+) -> Result<(), Error> {
     // Most programs never remember a state: the stack is made (and
     // zeroed) only once one does, and the run goes on from there.
-    let start = Resume::Cie(cie.instructions.0);
     let Some(resume) = m.program(data, cie, fde, start, &mut [], sink)? else {
         return Ok(());
     };
@@ -243,7 +467,33 @@ enum Ran {
     NeedsStack(usize),
 }
 
-impl Machine<'_> {
+impl<'a> Machine<'a> {
+    fn factors(&self) -> Factors {
+        Factors {
+            code_align: self.code_align,
+            data_align: self.data_align,
+            ra_register: self.ra_register,
+            fp_register: self.fp_register,
+        }
+    }
+
+    /// A machine at the start of `fde`'s function, no instruction run.
+    fn new(cie: &Cie, fde: &Fde, fp_register: u16, bases: &'a Bases) -> Self {
+        Machine {
+            code_align: cie.code_align,
+            data_align: cie.data_align,
+            ra_register: cie.ra_register,
+            fde_encoding: cie.fde_encoding,
+            fp_register,
+            bases,
+            state: INITIAL,
+            initial: INITIAL,
+            depth: 0,
+            loc: fde.pc_begin,
+            end: fde.pc_begin.wrapping_add(fde.pc_range),
+        }
+    }
+
     /// Runs from `from` to the end of the FDE's instructions (then hands
     /// out the last row); `Some` where it needs a stack to go on.
     fn program<S: Sink>(

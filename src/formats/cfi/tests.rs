@@ -303,3 +303,115 @@ fn records_with_64_bit_lengths_keep_4_byte_cie_pointers() {
     assert_eq!((row.func_start, row.func_size), (0x1000, 0x100));
     assert_eq!(row.cfa, crate::formats::sframe::CfaRule::SpPlus(16));
 }
+
+#[test]
+fn row_at_matches_the_general_machine_on_every_opcode_and_truncation() {
+    // Instructions of every kind the machine knows (and some it does
+    // not), with operands of one and more bytes and registers out of range.
+    const PIECES: &[&[u8]] = &[
+        &[0x40],
+        &[0x41],
+        &[0x43],
+        &[0x7f],
+        &[0x02, 3],
+        &[0x03, 2, 0],
+        &[0x04, 1, 0, 0, 0],
+        &[0x04, 0, 0, 0, 0x80],
+        &[0x01, 0, 0, 0, 0],
+        &[0x86, 2],
+        &[0x86, 0x82, 0x01],
+        &[0x90, 1],
+        &[0x90, 0xff, 0x7f],
+        &[0x83, 3],
+        &[0xbf, 1],
+        &[0xc6],
+        &[0xd0],
+        &[0xc3],
+        &[0x00],
+        &[0x0c, 7, 8],
+        &[0x0c, 6, 0x90, 0x01],
+        &[0x0c, 0x80, 0x80, 0x04, 8],
+        &[0x0d, 6],
+        &[0x0d, 0xff, 0xff, 0x7f],
+        &[0x0e, 0x10],
+        &[0x0e, 0x80, 0x02],
+        &[0x12, 7, 0x7e],
+        &[0x13, 0x7c],
+        &[0x0a],
+        &[0x0a],
+        &[0x0b],
+        &[0x0b],
+        &[0x0f, 2, 0x77, 8],
+        &[0x10, 16, 1, 0x77],
+        &[0x16, 6, 1, 0x77],
+        &[0x07, 16],
+        &[0x08, 6],
+        &[0x09, 6, 3],
+        &[0x05, 16, 1],
+        &[0x05, 6, 0x81, 0x01],
+        &[0x06, 6],
+        &[0x11, 6, 0x7e],
+        &[0x14, 16, 2],
+        &[0x15, 6, 0x7f],
+        &[0x2d],
+        &[0x2e, 8],
+        &[0x2f, 6, 2],
+        &[0x3f],
+        &[0x1c],
+    ];
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    };
+    let mut checked = 0;
+    for _ in 0..1500 {
+        // Half the programs keep to the first pieces, which `row_at` runs
+        // itself, so they get far before the general machine takes over.
+        let kinds = [26, PIECES.len()][next(2)];
+        let mut program = Vec::new();
+        for _ in 0..next(24) {
+            program.extend_from_slice(PIECES[next(kinds)]);
+        }
+        // Cut anywhere: an operand may run past the FDE's end.
+        program.truncate(program.len() - next(3).min(program.len()));
+        let mut cie_program = Vec::new();
+        for _ in 0..next(4) {
+            // Mostly the instructions a CIE has; sometimes any.
+            let piece = match next(4) {
+                0 => PIECES[next(PIECES.len())],
+                1 => &[0x86, 2][..],
+                2 => &[0x0c, 6, 16][..],
+                _ => &[0x0a, 0x0e, 8, 0x0b][..],
+            };
+            cie_program.extend_from_slice(piece);
+        }
+        let data = section(&[], &cie_program, &program);
+        let cfi = Cfi::without_index(&data, 0x2000, Registers::X86_64);
+        let Ok(Some((fde, cie))) = cfi.find_fde(0x1000) else {
+            panic!("no FDE for {program:x?}");
+        };
+        let bases = cfi.bases();
+        for fp in [6, 16, 3] {
+            let mut rows = Vec::new();
+            let all = for_each_row(&data, &cie, &fde, fp, &bases, |r| {
+                rows.push(*r);
+                true
+            });
+            for pc in 0x0fff..=0x1100 {
+                let got = row_at(&data, &cie, &fde, fp, &bases, pc);
+                let want = program::row_at_general(&data, &cie, &fde, fp, &bases, pc);
+                assert_eq!(got, want, "{cie_program:x?} {program:x?} fp {fp} at {pc:#x}");
+                // Where every row was made, the row found is one of them.
+                if all.is_ok() {
+                    let row = rows.iter().find(|r| r.start <= pc && pc < r.end);
+                    assert_eq!(got, Ok(row.copied()), "{program:x?} at {pc:#x}");
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 1_000_000);
+}
