@@ -221,6 +221,20 @@ struct Quick {
     ra_signed: bool,
 }
 
+/// An unsigned LEB128 number of one or two bytes, as
+/// [`Cursor::uleb128`] reads it; `None` (the cursor moved) for a longer
+/// one too. Inline, without a call, so the loop that uses it keeps its
+/// state in registers.
+#[inline(always)]
+fn short_uleb128(c: &mut Cursor<'_>) -> Option<u64> {
+    let b = c.u8()?;
+    if b < 0x80 {
+        return Some(u64::from(b));
+    }
+    let b2 = c.u8().filter(|&b2| b2 < 0x80)?;
+    Some(u64::from(b & 0x7f) | u64::from(b2) << 7)
+}
+
 /// What [`Quick::step`] made of an instruction.
 enum Op {
     Go,
@@ -271,7 +285,7 @@ impl Quick {
             0x40..=0x7f => return Op::Advance(u64::from(op & 0x3f).wrapping_mul(k.code_align)),
             0x80..=0xbf => {
                 let at = c.pos();
-                if c.uleb128().is_none() {
+                if short_uleb128(c).is_none() {
                     return Op::Other;
                 }
                 let reg = u16::from(op & 0x3f);
@@ -302,20 +316,20 @@ impl Quick {
                 return Op::Advance(delta.wrapping_mul(k.code_align));
             }
             0x0c => {
-                let (Some(reg), Some(off)) = (c.uleb128(), c.uleb128()) else {
+                let (Some(reg), Some(off)) = (short_uleb128(c), short_uleb128(c)) else {
                     return Op::Other;
                 };
                 let Ok(reg) = u16::try_from(reg) else { return Op::Other };
                 (self.cfa_reg, self.cfa_offset) = (reg, off as i64);
             }
             0x0d => {
-                let Some(Ok(reg)) = c.uleb128().map(u16::try_from) else {
+                let Some(Ok(reg)) = short_uleb128(c).map(u16::try_from) else {
                     return Op::Other;
                 };
                 self.cfa_reg = reg;
             }
             0x0e => {
-                let Some(off) = c.uleb128() else { return Op::Other };
+                let Some(off) = short_uleb128(c) else { return Op::Other };
                 self.cfa_offset = off as i64;
             }
             0x2d => self.ra_signed = !self.ra_signed,
