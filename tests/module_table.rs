@@ -302,6 +302,33 @@ fn a_library_replaced_and_loaded_again_at_the_same_address_gets_its_own_tables()
     }
 }
 
+/// A refresh keeps what it learned from an unchanged library's file (the
+/// same build ID, loaded where it was) instead of reading the file again:
+/// with lld's output, whose SFrame only the section headers in the file
+/// locate, the library keeps its rows after its file is gone.
+#[test]
+fn an_unchanged_library_keeps_its_sframe_without_its_file() {
+    stackmark::init().unwrap();
+    let dir = common::workdir("unchanged");
+    let lib = lld_library(&dir, "libunchanged.so", 1, "a", &["--build-id"]);
+    let h = dlopen(&lib);
+    stackmark::refresh().unwrap();
+    let (rows, bias) = module(&lib, |m| {
+        assert!(!m.build_id().is_empty(), "lld --build-id");
+        (table_rows(m), m.bias)
+    });
+    assert_eq!(rows, file_rows(&lib, bias));
+    std::fs::remove_file(&lib).unwrap();
+    stackmark::refresh().unwrap();
+    module(&lib, |m| {
+        assert_eq!(table_rows(m), rows, "the rows after the file went")
+    });
+    // SAFETY: the handle from dlopen above.
+    unsafe { libc::dlclose(h) };
+    stackmark::refresh().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The `as` for the target these tests run on.
 fn assembler() -> &'static str {
     if cfg!(target_arch = "aarch64") {
@@ -315,6 +342,11 @@ fn assembler() -> &'static str {
 /// `PT_GNU_SFRAME`, so the table reads the file's section headers): one C
 /// function with SFrame, and `count` one-byte sections with flags `flags`.
 fn lld_library_with_sections(dir: &Path, name: &str, count: usize, flags: &str) -> PathBuf {
+    lld_library(dir, name, count, flags, &[])
+}
+
+/// [`lld_library_with_sections`], with `extra` arguments to lld.
+fn lld_library(dir: &Path, name: &str, count: usize, flags: &str, extra: &[&str]) -> PathBuf {
     let c = dir.join("f.c");
     std::fs::write(&c, "int lld_work(int x) { return x * 3 + 1; }\n").unwrap();
     let o = dir.join("f.o");
@@ -335,6 +367,7 @@ fn lld_library_with_sections(dir: &Path, name: &str, count: usize, flags: &str) 
     let lib = dir.join(name);
     common::run(
         Command::new("ld.lld-16")
+            .args(extra)
             .args(["-shared", "-o"])
             .arg(&lib)
             .arg(&o)

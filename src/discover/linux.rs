@@ -523,10 +523,29 @@ unsafe extern "C" fn on_object(
             break;
         }
     }
+    // A module the old table holds, unchanged (the same file by its build
+    // ID, loaded where it was), keeps the SFrame data it found there, or
+    // that it found none: a refresh then opens no file for it (some ten
+    // system calls a module, most of a refresh's time).
+    let unchanged = (!m.build_id().is_empty())
+        .then(|| {
+            fill.old.modules().iter().find(|o| {
+                o.bias == bias
+                    && o.name() == m.name()
+                    && o.build_id() == m.build_id()
+                    && o.segments() == m.segments()
+            })
+        })
+        .flatten();
+    if let Some(o) = unchanged {
+        m.sframe = o.sframe;
+        m.sframe_copy = o.sframe_copy;
+        sframe_at = None;
+    }
     // The section headers say best where the SFrame data is; without a
     // file to read them from, `PT_GNU_SFRAME` is trimmed to the pieces it
     // holds.
-    if !m.segments().is_empty() && name.to_bytes().starts_with(b"/") {
+    if unchanged.is_none() && !m.segments().is_empty() && name.to_bytes().starts_with(b"/") {
         if let Some(at) = sframe_from_file(name, bias) {
             sframe_at = Some(at);
         }
