@@ -111,12 +111,7 @@ pub fn row_at(
     bases: &Bases,
     pc: u64,
 ) -> Result<Option<CfiRow>, Error> {
-    let k = Factors {
-        code_align: cie.code_align,
-        data_align: cie.data_align,
-        ra_register: cie.ra_register,
-        fp_register,
-    };
+    let k = Factors::of(cie, fp_register);
     // The common opcodes run here with the state in locals; at any other
     // (or any fault) the general machine takes over at that instruction
     // from the state so far, so rows and errors are the general ones.
@@ -189,8 +184,8 @@ fn seek_from(
     initial: Quick,
 ) -> Result<Option<CfiRow>, Error> {
     let mut m = Machine::new(cie, fde, fp_register, bases);
-    m.state = s.state(data, &m.factors());
-    m.initial = initial.state(data, &m.factors());
+    m.state = s.state(data, &m.k);
+    m.initial = initial.state(data, &m.k);
     m.loc = loc;
     let mut seek = Seek { pc, found: None };
     run_from(m, data, cie, fde, from, &mut seek)?;
@@ -203,6 +198,17 @@ struct Factors {
     data_align: i64,
     ra_register: u16,
     fp_register: u16,
+}
+
+impl Factors {
+    fn of(cie: &Cie, fp_register: u16) -> Factors {
+        Factors {
+            code_align: cie.code_align,
+            data_align: cie.data_align,
+            ra_register: cie.ra_register,
+            fp_register,
+        }
+    }
 }
 
 /// [`row_at`]'s state. Its CFA is a register plus an offset, and the
@@ -456,11 +462,8 @@ enum Resume {
 }
 
 struct Machine<'a> {
-    code_align: u64,
-    data_align: i64,
-    ra_register: u16,
+    k: Factors,
     fde_encoding: u8,
-    fp_register: u16,
     bases: &'a Bases,
     state: State,
     /// The rules after the CIE's initial instructions (`DW_CFA_restore`).
@@ -482,23 +485,11 @@ enum Ran {
 }
 
 impl<'a> Machine<'a> {
-    fn factors(&self) -> Factors {
-        Factors {
-            code_align: self.code_align,
-            data_align: self.data_align,
-            ra_register: self.ra_register,
-            fp_register: self.fp_register,
-        }
-    }
-
     /// A machine at the start of `fde`'s function, no instruction run.
     fn new(cie: &Cie, fde: &Fde, fp_register: u16, bases: &'a Bases) -> Self {
         Machine {
-            code_align: cie.code_align,
-            data_align: cie.data_align,
-            ra_register: cie.ra_register,
+            k: Factors::of(cie, fp_register),
             fde_encoding: cie.fde_encoding,
-            fp_register,
             bases,
             state: INITIAL,
             initial: INITIAL,
@@ -563,30 +554,30 @@ impl<'a> Machine<'a> {
     // the one rule is both.
     #[inline]
     fn set(&mut self, reg: u64, rule: Rule) {
-        if reg == u64::from(self.ra_register) {
+        if reg == u64::from(self.k.ra_register) {
             self.state.ra = rule;
         }
-        if reg == u64::from(self.fp_register) {
+        if reg == u64::from(self.k.fp_register) {
             self.state.fp = rule;
         }
     }
 
     #[inline]
     fn restore(&mut self, reg: u64) {
-        if reg == u64::from(self.ra_register) {
+        if reg == u64::from(self.k.ra_register) {
             self.state.ra = self.initial.ra;
         }
-        if reg == u64::from(self.fp_register) {
+        if reg == u64::from(self.k.fp_register) {
             self.state.fp = self.initial.fp;
         }
     }
 
     fn factored(&self, n: u64) -> i64 {
-        n.wrapping_mul(self.data_align as u64) as i64
+        n.wrapping_mul(self.k.data_align as u64) as i64
     }
 
     fn sfactored(&self, n: i64) -> i64 {
-        n.wrapping_mul(self.data_align)
+        n.wrapping_mul(self.k.data_align)
     }
 
     /// Runs the instructions at `[start, end)` of `data`.
@@ -630,7 +621,7 @@ impl<'a> Machine<'a> {
         // opcodes (operand in the low six bits) as ranges.
         match op {
             0x40..=0x7f => {
-                let delta = u64::from(op & 0x3f).wrapping_mul(self.code_align);
+                let delta = u64::from(op & 0x3f).wrapping_mul(self.k.code_align);
                 let to = self.loc.wrapping_add(delta);
                 return self.checked_advance::<S>(to, sink).map(flow);
             }
@@ -655,7 +646,7 @@ impl<'a> Machine<'a> {
                     _ => c.u32().map(u64::from),
                 }
                 .ok_or(Truncated)?;
-                let to = self.loc.wrapping_add(delta.wrapping_mul(self.code_align));
+                let to = self.loc.wrapping_add(delta.wrapping_mul(self.k.code_align));
                 return self.checked_advance::<S>(to, sink).map(flow);
             }
             0x05 => {
