@@ -79,6 +79,33 @@ struct Region {
     checked: bool,
 }
 
+/// A region's known part as one subtraction and one compare check it: a
+/// read of up to 16 bytes at `addr` lies in `lo..hi` when `addr - lo`
+/// (wrapping) is below `room`, the count of start addresses with 16 bytes
+/// before `hi` (0 for a region shorter than that, which nothing passes).
+/// A shorter read in the region's last 15 bytes fails here and takes the
+/// slow check: the hot loop's chain pays two instructions, not four.
+#[derive(Clone, Copy, Debug, Default)]
+struct Window {
+    lo: u64,
+    room: u64,
+}
+
+impl Window {
+    fn of(r: Region) -> Window {
+        Window {
+            lo: r.lo,
+            room: r.hi.saturating_sub(r.lo).saturating_sub(15),
+        }
+    }
+
+    /// Whether `len` bytes (at most 16) at `addr` lie in the region.
+    #[inline(always)]
+    fn holds(self, addr: u64) -> bool {
+        addr.wrapping_sub(self.lo) < self.room
+    }
+}
+
 /// How a range may be read.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Access {
@@ -106,6 +133,9 @@ enum Access {
 #[derive(Debug)]
 pub struct LiveMemory {
     regions: [Cell<Region>; 4],
+    /// Region 0's known part as the hot reads check it ([`Window`]), kept
+    /// in step with it by [`Self::set_region`].
+    window: Cell<Window>,
     count: Cell<usize>,
     /// The walk's first sp while the regions beyond the registered stack
     /// are still to be learned ([`Self::learn`]).
@@ -143,6 +173,7 @@ impl LiveMemory {
                 Cell::default(),
                 Cell::default(),
             ],
+            window: Cell::new(Window::of(first)),
             count: Cell::new(count),
             unlearned: Cell::new(Some(sp)),
             _thread: core::marker::PhantomData,
@@ -219,10 +250,18 @@ impl LiveMemory {
         }
     }
 
+    /// Sets region `i`, and with region 0 the hot reads' window.
+    fn set_region(&self, i: usize, r: Region) {
+        self.regions[i].set(r);
+        if i == 0 {
+            self.window.set(Window::of(r));
+        }
+    }
+
     fn push(&self, r: Region) {
         let n = self.count.get();
         if n < self.regions.len() {
-            self.regions[n].set(r);
+            self.set_region(n, r);
             self.count.set(n + 1);
         }
     }
@@ -241,13 +280,13 @@ impl LiveMemory {
     #[inline(never)]
     fn readable(&self, addr: u64, end: u64) -> Access {
         self.learn();
-        for cell in &self.regions[..self.count.get()] {
-            let mut r = cell.get();
+        for i in 0..self.count.get() {
+            let mut r = self.regions[i].get();
             if addr < r.lo || end > r.limit {
                 continue;
             }
             let covered = prove(&mut r, addr, end);
-            cell.set(r);
+            self.set_region(i, r);
             // A region whose stack ended short of the range leaves it to
             // the others (a stack above a gap).
             if covered {
@@ -315,12 +354,15 @@ impl LiveMemory {
     /// their registers.
     #[inline(always)]
     fn load_direct<const N: usize>(&self, addr: u64) -> Option<[u64; N]> {
-        let end = addr.checked_add(N as u64 * 8)?;
-        if !(self.in_first(addr, end) || self.readable(addr, end) == Access::Direct) {
-            return None;
+        const { assert!(N <= 2, "the window holds reads of 16 bytes at most") };
+        if !self.window.get().holds(addr) {
+            let end = addr.checked_add(N as u64 * 8)?;
+            if self.readable(addr, end) != Access::Direct {
+                return None;
+            }
         }
         // SAFETY: the range lies in this thread's own stack (registered or
-        // alternate), as `in_first` or `readable` established, which stays
+        // alternate), as the window or `readable` established, which stays
         // mapped while the thread runs this code.
         Some(unsafe { core::ptr::read_unaligned(addr as *const [u64; N]) })
     }
@@ -429,12 +471,15 @@ impl MemoryReader for LiveMemory {
     /// region holding it now starts there: the walk goes on upwards.
     fn enter_stack(&self, sp: u64) {
         self.learn();
-        for cell in &self.regions[..self.count.get()] {
-            let r = cell.get();
-            cell.set(Region {
-                lo: below_sp(r.lo, r.hi, sp),
-                ..r
-            });
+        for i in 0..self.count.get() {
+            let r = self.regions[i].get();
+            self.set_region(
+                i,
+                Region {
+                    lo: below_sp(r.lo, r.hi, sp),
+                    ..r
+                },
+            );
         }
         // The registered stack, still closed to a walk that started off
         // it, opens from the interrupted sp up.
@@ -442,7 +487,7 @@ impl MemoryReader for LiveMemory {
             let first = self.regions[0].get();
             if self.count.get() > 0 && first.lo == hi && first.hi == hi {
                 let from = registered_from(lo, hi, sp);
-                self.regions[0].set(Region { lo: from, ..first });
+                self.set_region(0, Region { lo: from, ..first });
             }
         }
         self.admit(sp);
@@ -474,5 +519,46 @@ mod tests {
         // The gap itself stays unread.
         let gap = mem.read_u64(base + 4 * PAGE);
         assert_eq!((first, second, gap), (Some(0), Some(0x1234), None));
+    }
+
+    /// The window passes exactly the reads of 16 bytes that lie in the
+    /// region, whatever wraps around, and nothing of an empty region.
+    #[test]
+    fn the_window_holds_the_reads_that_lie_in_its_region() {
+        let region = |lo, hi| Region {
+            lo,
+            hi,
+            limit: hi,
+            checked: false,
+        };
+        for (lo, hi) in [
+            (0x7000u64, 0x9000u64),
+            (0, 0x40),
+            (u64::MAX - 0x40, u64::MAX),
+        ] {
+            let w = Window::of(region(lo, hi));
+            for addr in [
+                lo.wrapping_sub(16),
+                lo.wrapping_sub(1),
+                lo,
+                lo + 1,
+                hi - 16,
+                hi - 15,
+                hi - 1,
+                hi,
+                u64::MAX,
+            ] {
+                let fits = addr >= lo && addr.checked_add(16).is_some_and(|end| end <= hi);
+                assert_eq!(w.holds(addr), fits, "{addr:#x} in {lo:#x}..{hi:#x}");
+            }
+        }
+        for (lo, hi) in [(0, 0), (0x7000, 0x7000), (0x7000, 0x700f)] {
+            let w = Window::of(region(lo, hi));
+            for addr in [0, lo, lo.wrapping_sub(1), hi, u64::MAX] {
+                assert!(!w.holds(addr), "{addr:#x} in {lo:#x}..{hi:#x}");
+            }
+        }
+        let w = Window::of(region(0x7000, 0x7010));
+        assert!(w.holds(0x7000) && !w.holds(0x7001) && !w.holds(0x6fff));
     }
 }
