@@ -93,24 +93,14 @@ impl<const N: usize, const W: usize> SeqCache<N, W> {
         Self::write(self.slot(key), key, generation, words);
     }
 
-    /// The two entries `key` may sit in when the cache is used two-way
-    /// (keyed by code addresses: the step cache): the slot of
-    /// `(key + 1) / 4` modulo `N`, and that slot's neighbour, mostly in the
-    /// same cache line. A key is a return address less one, so the probe
-    /// computes the slot from the return address itself, one operation
-    /// sooner. By address, not by [`Self::home`]'s hash: two return addresses
-    /// lie at least 5 bytes apart on x86_64 (but after a 2-byte indirect
-    /// call, and then the two ways take both) and 4 on AArch64, so nearby
-    /// code keeps distinct, nearby slots; the probe's chain is a shift and
-    /// a mask, not a multiply; and callers near their callees are probed in
-    /// address order. Measured (best of 400 batches, three processes each
-    /// without address-space randomisation): warm SFrame walks of 16, 64
-    /// and 256 distinct functions 9.26 → 8.57, 7.76 → 7.10 and 9.92 →
-    /// 8.16 ns a frame, frame-pointer walks unchanged.
+    /// The two entries a key whose own slot is `home` (modulo `N`) may sit
+    /// in when the cache is used two-way: that slot and its neighbour,
+    /// mostly in the same cache line. The cache's user picks the home slot
+    /// (the step cache: by address).
     #[inline(always)]
-    fn set(&self, key: u64) -> [&Entry<W>; 2] {
+    fn set(&self, home: usize) -> [&Entry<W>; 2] {
         const { assert!(N >= 2, "a two-way cache needs two entries or more") };
-        let i = (key.wrapping_add(1) >> 2) as usize & (N - 1);
+        let i = home & (N - 1);
         [&self.entries[i], &self.entries[i ^ 1]]
     }
 
@@ -123,8 +113,8 @@ impl<const N: usize, const W: usize> SeqCache<N, W> {
     /// step). Leaving out that check saves the hot loop two instructions a
     /// frame (callgrind).
     #[inline(always)]
-    pub(crate) fn get_2way(&self, key: u64, generation: u64) -> Option<[u64; W]> {
-        let [a, b] = self.set(key);
+    pub(crate) fn get_2way(&self, home: usize, key: u64, generation: u64) -> Option<[u64; W]> {
+        let [a, b] = self.set(home);
         Self::read(a, key, generation).or_else(|| Self::read(b, key, generation))
     }
 
@@ -133,11 +123,11 @@ impl<const N: usize, const W: usize> SeqCache<N, W> {
     /// nothing of this generation, else the neighbour, so that two keys
     /// that share a slot both stay, and a third displaces only the one in
     /// the neighbour.
-    pub(crate) fn put_2way(&self, key: u64, generation: u64, words: [u64; W]) {
+    pub(crate) fn put_2way(&self, home: usize, key: u64, generation: u64, words: [u64; W]) {
         if generation & LOW == 0 {
             return;
         }
-        let [a, b] = self.set(key);
+        let [a, b] = self.set(home);
         // Each sequence word read once: a cold walk puts at every frame.
         let live = |e: &Entry<W>| e.seq.load(Relaxed) >> 32 == generation & LOW;
         let a_live = live(a);
@@ -278,64 +268,30 @@ mod tests {
     #[test]
     fn two_keys_that_share_a_set_both_stay_and_a_third_displaces_the_second() {
         static TWO: SeqCache<64, 1> = SeqCache::new();
-        let first = |k: u64| TWO.set(k)[0] as *const Entry<1>;
-        let set = first(0x5000);
-        let keys: Vec<u64> = (1u64..)
-            .map(|i| 0x5000 + i * 0x10)
-            .filter(|&k| first(k) == set)
-            .take(3)
-            .collect();
-        let [a, b, c] = keys[..] else { unreachable!() };
-        TWO.put_2way(a, 4, [1]);
-        TWO.put_2way(b, 4, [2]);
-        TWO.put_2way(a, 4, [3]);
+        // Homes modulo 64: 10, 74 and 138 are one set.
+        let [a, b, c] = [(10, 0x5000), (74, 0x5010), (138, 0x5020)];
+        let put = |(h, k): (usize, u64), g, w| TWO.put_2way(h, k, g, [w]);
+        let get = |(h, k): (usize, u64), g| TWO.get_2way(h, k, g).map(|[w]| w);
+        put(a, 4, 1);
+        put(b, 4, 2);
+        put(a, 4, 3);
+        assert_eq!((get(a, 4), get(b, 4)), (Some(3), Some(2)));
+        put(c, 4, 5);
+        assert_eq!(get(a, 4), Some(3), "the first way stays");
+        assert_eq!((get(b, 4), get(c, 4)), (None, Some(5)));
+        assert_eq!(get(a, 5), None, "another generation misses");
         assert_eq!(
-            (TWO.get_2way(a, 4), TWO.get_2way(b, 4)),
-            (Some([3]), Some([2]))
+            TWO.get_2way(11, a.1, 4),
+            Some([3]),
+            "from the neighbour's home"
         );
-        TWO.put_2way(c, 4, [5]);
-        assert_eq!(TWO.get_2way(a, 4), Some([3]), "the first way stays");
-        assert_eq!((TWO.get_2way(b, 4), TWO.get_2way(c, 4)), (None, Some([5])));
-        assert_eq!(TWO.get_2way(a, 5), None, "another generation misses");
+        assert_eq!(TWO.get_2way(12, a.1, 4), None, "another set misses");
         // An entry of an older generation is free again.
-        TWO.put_2way(b, 5, [7]);
-        assert_eq!(TWO.get_2way(b, 5), Some([7]));
-        assert_eq!(TWO.get_2way(c, 5), None);
+        put(b, 5, 7);
+        assert_eq!(get(b, 5), Some(7));
+        assert_eq!(get(c, 5), None);
         TWO.clear();
-        assert_eq!(TWO.get_2way(b, 5), None);
-    }
-
-    /// Slots by address: return addresses of nearby code, 4 bytes apart
-    /// or more (a call on AArch64, or a 5-byte call on x86_64), keep one
-    /// slot each, and two 2 bytes apart (back-to-back indirect calls on
-    /// x86_64) take the two ways of one set.
-    #[test]
-    fn nearby_return_addresses_keep_a_slot_each() {
-        static NEAR: SeqCache<64, 1> = SeqCache::new();
-        let base = 0x5555_5555_1000u64;
-        let slot = |ra: u64| NEAR.set(ra - 1)[0] as *const Entry<1>;
-        for spacing in [4u64, 5, 7, 12] {
-            let slots: std::collections::HashSet<_> =
-                (0..16).map(|i| slot(base + i * spacing)).collect();
-            assert_eq!(slots.len(), 16, "16 return addresses {spacing} bytes apart");
-        }
-        // As many return addresses 4 bytes apart as there are entries:
-        // every one stays.
-        for i in 0..64 {
-            NEAR.put_2way(base + i * 4 - 1, 2, [i + 1]);
-        }
-        for i in 0..64 {
-            assert_eq!(NEAR.get_2way(base + i * 4 - 1, 2), Some([i + 1]));
-        }
-        NEAR.clear();
-        let (a, b) = (base + 0xff, base + 0x101);
-        assert_eq!(slot(a + 1), slot(b + 1));
-        NEAR.put_2way(a, 3, [1]);
-        NEAR.put_2way(b, 3, [2]);
-        assert_eq!(
-            (NEAR.get_2way(a, 3), NEAR.get_2way(b, 3)),
-            (Some([1]), Some([2]))
-        );
+        assert_eq!(get(b, 5), None);
     }
 
     #[test]
@@ -374,38 +330,35 @@ mod tests {
     #[test]
     fn a_two_way_probe_of_generation_0_finds_only_zero_words() {
         static ZERO: SeqCache<8, 2> = SeqCache::new();
-        let zero_or_none = |k| matches!(ZERO.get_2way(k, 0), None | Some([0, 0]));
+        let zero_or_none = |k| matches!(ZERO.get_2way(k as usize, k, 0), None | Some([0, 0]));
         assert!(zero_or_none(0) && zero_or_none(0x4000), "empty entries");
-        ZERO.put_2way(0x4000, 0, [5, 6]);
+        ZERO.put_2way(0x4000, 0x4000, 0, [5, 6]);
         assert!(zero_or_none(0x4000), "nothing is stored under generation 0");
-        ZERO.put_2way(0x4000, 3, [5, 6]);
-        assert_eq!(ZERO.get_2way(0x4000, 3 + (1 << 32)), Some([5, 6]));
+        ZERO.put_2way(0x4000, 0x4000, 3, [5, 6]);
+        assert_eq!(ZERO.get_2way(0x4000, 0x4000, 3 + (1 << 32)), Some([5, 6]));
         assert!(zero_or_none(0x4000), "another generation");
         ZERO.clear();
         assert!(zero_or_none(0x4000), "a cleared entry keeps no words");
-        assert_eq!(ZERO.get_2way(0x4000, 3), None);
+        assert_eq!(ZERO.get_2way(0x4000, 0x4000, 3), None);
     }
 
     #[test]
     fn concurrent_writers_never_produce_a_torn_hit_in_either_way() {
         static SHARED: SeqCache<4, 2> = SeqCache::new();
-        let first = |k: u64| SHARED.set(k)[0] as *const Entry<2>;
-        let keys: Vec<u64> = (1u64..)
-            .filter(|&k| first(k) == first(0xabc0))
-            .take(3)
-            .collect();
+        // Three keys of one set (home 2, modulo 4).
+        let keys = [0xabc0u64, 0xabc4, 0xabc8];
         std::thread::scope(|s| {
             for (i, &key) in keys.iter().enumerate() {
                 s.spawn(move || {
                     for n in 0..50_000u64 {
-                        SHARED.put_2way(key, 3, [key ^ n, n + i as u64]);
+                        SHARED.put_2way(2, key, 3, [key ^ n, n + i as u64]);
                     }
                 });
             }
             s.spawn(|| {
                 for _ in 0..50_000 {
                     for (i, &key) in keys.iter().enumerate() {
-                        if let Some([x, y]) = SHARED.get_2way(key, 3) {
+                        if let Some([x, y]) = SHARED.get_2way(2, key, 3) {
                             assert_eq!(x ^ key, y - i as u64, "{key:x}: {x:x} {y:x}");
                         }
                     }
