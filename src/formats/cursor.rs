@@ -120,23 +120,6 @@ impl Cursor<'_> {
         }
     }
 
-    fn uleb128_loop(&mut self) -> Option<u64> {
-        let mut value = 0u64;
-        let mut shift = 0u32;
-        loop {
-            let b = self.u8()?;
-            let bits = u64::from(b & 0x7f);
-            if shift >= 64 || (shift == 63 && bits > 1) {
-                return None;
-            }
-            value |= bits << shift;
-            shift += 7;
-            if b & 0x80 == 0 {
-                return Some(value);
-            }
-        }
-    }
-
     /// Reads a signed LEB128 number; `None` past the end or when it does
     /// not fit 64 bits.
     ///
@@ -150,32 +133,12 @@ impl Cursor<'_> {
         match self.data.get(self.pos) {
             Some(&b) if b < 0x80 => {
                 self.pos += 1;
-                // Bit 6 is the sign: shift it to the top and back.
-                Some(i64::from((b << 1) as i8 >> 1))
+                Some(sleb7(b))
             }
             _ => {
                 let (value, pos) = sleb128_long(self.data, self.pos);
                 self.pos = pos;
                 value
-            }
-        }
-    }
-
-    fn sleb128_loop(&mut self) -> Option<i64> {
-        let mut value = 0i64;
-        let mut shift = 0u32;
-        loop {
-            let b = self.u8()?;
-            if shift >= 64 {
-                return None;
-            }
-            value |= i64::from(b & 0x7f).wrapping_shl(shift);
-            shift += 7;
-            if b & 0x80 == 0 {
-                if shift < 64 && b & 0x40 != 0 {
-                    value |= -1i64 << shift;
-                }
-                return Some(value);
             }
         }
     }
@@ -191,6 +154,13 @@ impl Cursor<'_> {
     }
 }
 
+/// The value of the one-byte SLEB128 `b` (below 0x80): bit 6 is the sign,
+/// shifted to the top and back.
+#[inline]
+pub(crate) fn sleb7(b: u8) -> i64 {
+    i64::from((b << 1) as i8 >> 1)
+}
+
 // The multi-byte LEB128 readers take the cursor's fields by value and hand
 // back where they stopped: a cursor whose address no out-of-line code
 // takes can live in registers through an inlined caller's loop.
@@ -198,11 +168,41 @@ impl Cursor<'_> {
 #[inline(never)]
 fn uleb128_long(data: &[u8], pos: usize) -> (Option<u64>, usize) {
     let mut c = Cursor::at(data, pos);
-    (c.uleb128_loop(), c.pos)
+    let mut value = 0u64;
+    let mut shift = 0u32;
+    let value = loop {
+        let Some(b) = c.u8() else { break None };
+        let bits = u64::from(b & 0x7f);
+        if shift >= 64 || (shift == 63 && bits > 1) {
+            break None;
+        }
+        value |= bits << shift;
+        shift += 7;
+        if b & 0x80 == 0 {
+            break Some(value);
+        }
+    };
+    (value, c.pos)
 }
 
 #[inline(never)]
 fn sleb128_long(data: &[u8], pos: usize) -> (Option<i64>, usize) {
     let mut c = Cursor::at(data, pos);
-    (c.sleb128_loop(), c.pos)
+    let mut value = 0i64;
+    let mut shift = 0u32;
+    let value = loop {
+        let Some(b) = c.u8() else { break None };
+        if shift >= 64 {
+            break None;
+        }
+        value |= i64::from(b & 0x7f).wrapping_shl(shift);
+        shift += 7;
+        if b & 0x80 == 0 {
+            if shift < 64 && b & 0x40 != 0 {
+                value |= -1i64 << shift;
+            }
+            break Some(value);
+        }
+    };
+    (value, c.pos)
 }

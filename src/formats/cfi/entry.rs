@@ -3,7 +3,7 @@
 
 use super::pointer::{self, Bases, DW_EH_PE_ABSPTR, DW_EH_PE_OMIT};
 use super::Error;
-use crate::formats::cursor::Cursor;
+use crate::formats::cursor::{sleb7, Cursor};
 
 /// One record's frame: where its content and the next record start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,24 +38,33 @@ pub(crate) fn record(data: &[u8], offset: usize) -> Result<Option<Record>, Error
         u64::from(len32)
     };
     let id_at = c.pos();
+    // In `.eh_frame` the CIE id and pointer take 4 bytes even after a
+    // 64-bit length (LSB; as libgcc, LLVM's libunwind and gimli read it).
+    // Where they do not fit, neither does the record.
+    let id = c.u32().ok_or(truncated)?;
+    framed(data, offset, id_at, len, id).map(Some).ok_or(truncated)
+}
+
+/// The record at `offset` whose length field, saying `len`, ends at
+/// `id_at`, and whose 4-byte id field says `id`; `None` where the record
+/// is too short to hold its id or ends past `data`.
+#[inline(always)]
+fn framed(data: &[u8], offset: usize, id_at: usize, len: u64, id: u32) -> Option<Record> {
+    if len < 4 {
+        return None;
+    }
     let end = usize::try_from(len)
         .ok()
         .and_then(|l| id_at.checked_add(l))
-        .filter(|&e| e <= data.len())
-        .ok_or(truncated)?;
-    if len < 4 {
-        return Err(truncated);
-    }
-    // In `.eh_frame` the CIE id and pointer take 4 bytes even after a
-    // 64-bit length (LSB; as libgcc, LLVM's libunwind and gimli read it).
-    let id = u64::from(c.u32().ok_or(truncated)?);
-    Ok(Some(Record {
+        .filter(|&e| e <= data.len())?;
+    Some(Record {
         offset,
         id_at,
-        id,
-        body: c.pos(),
+        id: u64::from(id),
+        // Cannot overflow: `end` is at least this far.
+        body: id_at + 4,
         end,
-    }))
+    })
 }
 
 /// A record's first 16 bytes read as the usual FDE's: a 32-bit length,
@@ -90,20 +99,11 @@ impl Head {
     /// reads.
     #[inline]
     pub fn record(&self, data: &[u8], offset: usize) -> Option<Record> {
+        // One compare rules out both (`framed` then finds no short length).
         if self.len < 4 || self.len == 0xffff_ffff {
             return None;
         }
-        let id_at = offset.checked_add(4)?;
-        let end = id_at
-            .checked_add(usize::try_from(self.len).ok()?)
-            .filter(|&e| e <= data.len())?;
-        Some(Record {
-            offset,
-            id_at,
-            id: u64::from(self.id),
-            body: id_at + 4,
-            end,
-        })
+        framed(data, offset, offset.checked_add(4)?, u64::from(self.len), self.id)
     }
 }
 
@@ -295,8 +295,7 @@ impl Cie {
             offset: r.offset,
             version: 1,
             code_align: u64::from(code_align),
-            // Bit 6 is the sign of a one-byte SLEB128.
-            data_align: i64::from((data_align << 1) as i8 >> 1),
+            data_align: sleb7(data_align),
             ra_register: u16::from(ra),
             fde_encoding,
             lsda_encoding,

@@ -66,10 +66,15 @@ fn fde_offset(h: &Header, i: u32) -> Option<usize> {
 /// The runtime start address encoded by the FDE at `at` with the signed
 /// offset `rel`, or `None` outside the 64-bit address space.
 fn start_address(h: &Header, at: usize, rel: i64, base: u64) -> Option<u64> {
-    // From the start-address field itself, the FDE's first field, or from
-    // the piece's header (see `Header::field_relative`).
-    let anchor = if h.field_relative() { at } else { h.at };
-    base.checked_add(anchor as u64)?.checked_add_signed(rel)
+    base.checked_add(anchor(h, at))?.checked_add_signed(rel)
+}
+
+/// The offset the start address of the FDE at `at` is relative to: the
+/// start-address field itself, the FDE's first field, or the piece's
+/// header (see `Header::field_relative`).
+#[inline(always)]
+fn anchor(h: &Header, at: usize) -> u64 {
+    (if h.field_relative() { at } else { h.at }) as u64
 }
 
 impl Fde {
@@ -191,12 +196,11 @@ impl Fde {
         };
         let word = |k: usize| u32::from_le_bytes([b[k], b[k + 1], b[k + 2], b[k + 3]]);
         let rel = i64::from(word(0) as i32);
-        let anchor = if h.field_relative() { at } else { h.at };
         let info = b[16];
         Some(Fde {
             at,
             index: i,
-            start: base.wrapping_add(anchor as u64).wrapping_add_signed(rel),
+            start: base.wrapping_add(anchor(h, at)).wrapping_add_signed(rel),
             size: word(4),
             fres: h.fres.wrapping_add(word(8) as usize),
             num_fres: word(12),

@@ -206,12 +206,7 @@ impl<'a> SFrame<'a> {
             }
             if pc < e.hi && best.is_none_or(|(first, _)| e.ordinal < first) {
                 if let Some(fde) = self.find_in_piece(&e.header, e.in_order, (0, e.header.num_fdes), pc) {
-                    let f = Function {
-                        data: self.data,
-                        header: e.header,
-                        fde,
-                    };
-                    best = Some((e.ordinal, f));
+                    best = Some((e.ordinal, Function::new(self.data, e.header, fde)));
                 }
             }
         }

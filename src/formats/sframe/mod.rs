@@ -626,11 +626,7 @@ impl<'a> SFrame<'a> {
     /// ```
     pub fn find_function(&self, pc: u64) -> Option<Function<'a>> {
         if self.pieces == 1 {
-            return Some(Function {
-                data: self.data,
-                header: self.first,
-                fde: self.find_fde_of_one(pc)?,
-            });
+            return Some(Function::new(self.data, self.first, self.find_fde_of_one(pc)?));
         }
         self.covers(pc)?;
         if let Some(index) = self.index {
@@ -639,11 +635,7 @@ impl<'a> SFrame<'a> {
         self.headers().enumerate().find_map(|(k, h)| {
             let in_order = self.unsorted & unsorted_bit(k as u32) == 0;
             let fde = self.find_in_piece(&h, in_order, (0, h.num_fdes), pc)?;
-            Some(Function {
-                data: self.data,
-                header: h,
-                fde,
-            })
+            Some(Function::new(self.data, h, fde))
         })
     }
 
@@ -753,11 +745,7 @@ impl<'a> SFrame<'a> {
         let (data, base) = (self.data, self.base);
         self.headers().flat_map(move |h| {
             (0..h.num_fdes).filter_map(move |i| {
-                Some(Function {
-                    data,
-                    header: h,
-                    fde: Fde::read(data, &h, i, base).ok()?,
-                })
+                Some(Function::new(data, h, Fde::read(data, &h, i, base).ok()?))
             })
         })
     }
@@ -785,6 +773,12 @@ pub struct Function<'a> {
 }
 
 impl<'a> Function<'a> {
+    /// The function `fde` of the piece `header` of the section `data`.
+    #[inline(always)]
+    pub(super) fn new(data: &'a [u8], header: Header, fde: Fde) -> Self {
+        Function { data, header, fde }
+    }
+
     /// The function's FREs, in order.
     pub fn fres(&self) -> impl Iterator<Item = Fre<'a>> + 'a {
         let (data, fde) = (self.data, self.fde);
