@@ -51,8 +51,10 @@ pub trait CodeMap {
 
     /// Whether lookup pc `pc` lies in code known to be the outermost frame
     /// whatever the unwind tables say (the program's entry function): asked
-    /// by walks that do not use the tables, which have no row to say so.
-    /// The default knows none.
+    /// by walks that do not use the tables, which have no row to say so,
+    /// and by walks with them before they look the pc up, so a map's lookup
+    /// there must say so too (a row without a return address, as the
+    /// module table's does). The default knows none.
     fn is_outermost(&self, pc: u64) -> bool {
         let _ = pc;
         false

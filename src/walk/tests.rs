@@ -1456,6 +1456,83 @@ fn without_tables_the_fast_path_stops_at_the_outermost_function_as_the_general_s
     }
 }
 
+/// A walk that fills a buffer ends at a return address into the entry
+/// function as the general step does, with or without tables: there at
+/// once, or, at the depth limit or at a known trampoline there (with a
+/// ucontext above it), however the general step ends it.
+#[test]
+fn a_filled_walk_ends_in_the_entry_function_as_the_general_step_does() {
+    use x86_64::ucontext_offsets as o;
+    // f (CFA = sp+16, RA at CFA-8, and a frame record at sp) returns into
+    // the entry function, whose row has no return address. Above: a
+    // ucontext (for the trampoline's case) and a frame record.
+    let after_call = CODE + 0x203;
+    let trampoline = CODE + 0x206;
+    let cases = [
+        (after_call, None, 64),
+        (after_call, None, 2),
+        (trampoline, Some(trampoline), 64),
+    ];
+    for (ra, tramp, max_depth) in cases {
+        let mut words = vec![0u64; 64];
+        words[..2].copy_from_slice(&[STACK + 16, ra]);
+        let uc = 16u64;
+        words[((uc + o::RIP) / 8) as usize] = CODE + 0x42;
+        words[((uc + o::RSP) / 8) as usize] = STACK + 0x1f0;
+        let st = stack(&words);
+        let code = Fake {
+            trampoline: tramp,
+            outermost: Some((CODE + 0x200, CODE + 0x300)),
+            ..Fake::x86()
+        }
+        .row(
+            CODE,
+            CODE + 0x100,
+            row(CfaRule::SpPlus(16), RegRule::AtCfa(-8), RegRule::SameValue),
+        )
+        .row(CODE + 0x200, CODE + 0x300, outermost());
+        let regs = x86(CODE + 0x10, STACK, STACK);
+        let regions = [(STACK, &st[..])];
+        for use_tables in [true, false] {
+            let opts = WalkOptions {
+                use_tables,
+                max_depth,
+                ..Default::default()
+            };
+            let walker = |opts| {
+                Walker::<X86_64, _, _>::new(
+                    regs,
+                    PcKind::Exact,
+                    SliceMemory::new(&regions),
+                    code.clone(),
+                    opts,
+                )
+            };
+            let mut filled = walker(opts);
+            let mut buf = [Frame::default(); 8];
+            let n = filled.fill(&mut buf);
+            let mut general = walker(WalkOptions {
+                fast_path: false,
+                ..opts
+            });
+            let frames: Vec<Frame> = general.by_ref().collect();
+            let case = format!("ra {ra:#x}, tables {use_tables}, depth {max_depth}");
+            assert_eq!(buf[..n], frames[..], "{case}");
+            assert_eq!(filled.stop_reason(), general.stop_reason(), "{case}");
+            let methods: Vec<Method> = frames.iter().map(|f| f.method).collect();
+            let crossed = methods.contains(&Method::SignalFrame);
+            match (tramp, max_depth) {
+                (None, 2) => assert_eq!(general.stop_reason(), StopReason::DepthLimit, "{case}"),
+                (None, _) => assert_eq!(general.stop_reason(), StopReason::Outermost, "{case}"),
+                // With tables, a trampoline where the entry function's row
+                // ends is one (its signal frame is crossed); without, the
+                // entry function ends the walk first.
+                (Some(_), _) => assert_eq!(crossed, use_tables, "{case}: {frames:x?}"),
+            }
+        }
+    }
+}
+
 #[test]
 fn a_scan_takes_a_known_trampoline_and_crosses_its_signal_frame() {
     use x86_64::ucontext_offsets as o;
