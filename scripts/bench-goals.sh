@@ -263,7 +263,7 @@ PARTS = {
     "frame0": "frame 0, and the first probe",
     "through-recursion": "the frames up to the recursion's end",
     "before-start-code": "the harness's frames below the recursion",
-    "whole": "glibc's start code (a remembered walk end)",
+    "whole": "glibc's start code and the walk's end",
 }
 print()
 print("The 16-deep SFrame walk by parts (walks cut short by smaller buffers)")
