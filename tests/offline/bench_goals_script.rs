@@ -291,7 +291,7 @@ fn every_ratio_is_per_frame_walked_and_each_goal_says_met_or_by_how_much_missed(
     );
     has(
         &l,
-        "| glibc's start code (a remembered walk end) | 3 | 30.0 | 10.0 |",
+        "| glibc's start code and the walk's end | 3 | 30.0 | 10.0 |",
     );
     has(&l, "| the whole walk | 20 | 88.0 | 4.40 |");
 }
