@@ -380,6 +380,12 @@ fn name_hash(name: &[u8]) -> u64 {
     })
 }
 
+/// Whether the old table's module `o` is `m` loaded as before: the same
+/// name, at the same bias, with the same segments.
+fn loaded_as_before(o: &Module, m: &Module) -> bool {
+    o.bias == m.bias && o.name() == m.name() && o.segments() == m.segments()
+}
+
 /// The end of `m`'s readable segment holding `addr`.
 fn readable_end(m: &Module, addr: u64) -> Option<u64> {
     m.segments()
@@ -529,12 +535,10 @@ unsafe extern "C" fn on_object(
     // system calls a module, most of a refresh's time).
     let unchanged = (!m.build_id().is_empty())
         .then(|| {
-            fill.old.modules().iter().find(|o| {
-                o.bias == bias
-                    && o.name() == m.name()
-                    && o.build_id() == m.build_id()
-                    && o.segments() == m.segments()
-            })
+            fill.old
+                .modules()
+                .iter()
+                .find(|o| loaded_as_before(o, &m) && o.build_id() == m.build_id())
         })
         .flatten();
     if let Some(o) = unchanged {
@@ -559,20 +563,17 @@ unsafe extern "C" fn on_object(
     }
     if let Some((addr, len)) = sframe_at {
         let inside = in_readable(&m, addr, len);
-        // The old table's copy, if it is of these very bytes: a library
-        // unloaded, replaced on disk and loaded again can land at the same
-        // address under the same name.
+        // Without a build ID (a module with one, loaded as before, kept its
+        // data above), the old table's copy if it is of these very bytes: a
+        // library unloaded, replaced on disk and loaded again can land at
+        // the same address under the same name.
         let reused = fill.old.modules().iter().find(|o| {
-            o.bias == bias
-                && o.name() == m.name()
+            m.build_id().is_empty()
+                && loaded_as_before(o, &m)
                 && o.sframe_copy.0 != 0
                 && o.sframe.is_some_and(|s| s.section_addr() == addr)
-                && o.segments() == m.segments()
-                && (if m.build_id().is_empty() {
-                    inside && same_copy(o.sframe_copy, addr, len)
-                } else {
-                    o.build_id() == m.build_id()
-                })
+                && inside
+                && same_copy(o.sframe_copy, addr, len)
         });
         if let Some(o) = reused {
             m.sframe = o.sframe;
@@ -602,13 +603,8 @@ unsafe extern "C" fn on_object(
         // runs (stackmark's own and the C library's), and none of their
         // files can be cut short (see above).
         let in_place = is_main || is_vdso || runs_reads;
-        let reused = fill.old.modules().iter().find(|o| {
-            o.bias == bias
-                && o.name() == m.name()
-                && o.cfi_copy.0 != 0
-                && !m.build_id().is_empty()
-                && o.build_id() == m.build_id()
-                && o.segments() == m.segments()
+        let reused = unchanged.filter(|o| {
+            o.cfi_copy.0 != 0
                 && o.cfi
                     .is_some_and(|c| c.index().is_some_and(|i| i.addr() == addr))
         });
