@@ -20,6 +20,16 @@
 //! is the one the others left alone, where criterion's estimates move
 //! with the load; run two builds' binaries in turn, a few processes each
 //! (the layout moves with every process), to compare them.
+//!
+//! On x86_64 it then prints `floor NS` and `libunwind NS` too, timed the
+//! same way. The floor is the chain of dependent loads every walk waits
+//! for: for the SFrame stack, a loop that only reads each frame's return
+//! address from the stack, finds it in a table of 8,192 16-byte entries
+//! (slotted as the step cache's, two ways) and adds the CFA offset found
+//! there, with no check of any read and no answer to decode; for the
+//! frame-pointer stack, a loop that only follows the links. `libunwind`
+//! is `unw_backtrace` from the same point. `docs/performance.md` sets
+//! them beside the goals.
 
 #[cfg(target_os = "linux")]
 mod bench {
@@ -84,9 +94,143 @@ mod bench {
                     best = best.min(t.elapsed().as_nanos() as f64 / batch as f64 / n as f64);
                 }
                 println!("best {best:.2}");
+                #[cfg(target_arch = "x86_64")]
+                {
+                    println!("floor {:.2}", crate::floor::best(chain, regs, &frames[..n]));
+                    println!("libunwind {:.2}", crate::floor::libunwind(n));
+                }
             }
             println!("frames {n}");
         });
+    }
+}
+
+/// The dependency floor of a walk (see the top of this file).
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+mod floor {
+    use stackmark::{Frame, Regs};
+    use stackmark_fixtures::Chain;
+
+    /// Entries of the table the SFrame floor looks return addresses up in.
+    const ENTRIES: usize = 8192;
+
+    /// Follows the chain the table describes from `pc` at `sp`, writing
+    /// each pc: per frame one table load (two where a pc sits in the
+    /// second way) and one stack load, each waiting for the one before.
+    #[inline(never)]
+    fn table_chain(
+        table: &[[u64; 2]; ENTRIES],
+        mut pc: u64,
+        mut sp: u64,
+        out: &mut [u64],
+    ) -> usize {
+        for (i, slot) in out.iter_mut().enumerate() {
+            *slot = pc;
+            let home = (pc >> 2) as usize & (ENTRIES - 1);
+            let mut e = table[home];
+            if e[0] != pc {
+                // The second way, as the step cache's.
+                e = table[(home + 1) & (ENTRIES - 1)];
+                if e[0] != pc {
+                    return i + 1;
+                }
+            }
+            sp = sp.wrapping_add(e[1]);
+            // SAFETY: `sp - 8` is where this thread's walk, a moment ago,
+            // read the next frame's return address (the table holds its
+            // frames), on the stack below the caller, which is still live.
+            pc = unsafe { ((sp - 8) as *const u64).read() };
+        }
+        out.len()
+    }
+
+    /// Follows the frame records from `fp` while they go up the stack and
+    /// stay below `top`, writing each return address.
+    #[inline(never)]
+    fn link_chain(mut fp: u64, top: u64, out: &mut [u64]) -> usize {
+        for (i, slot) in out.iter_mut().enumerate() {
+            // SAFETY: `fp` lies between the frame this runs under and `top`,
+            // the outermost frame's sp: on this thread's live stack.
+            let [next, ra] = unsafe { (fp as *const [u64; 2]).read() };
+            *slot = ra;
+            if next <= fp || next >= top {
+                return i + 1;
+            }
+            fp = next;
+        }
+        out.len()
+    }
+
+    #[link(name = "unwind")]
+    extern "C" {
+        fn unw_backtrace(buffer: *mut *mut std::ffi::c_void, size: i32) -> i32;
+    }
+
+    /// The fastest of 400 batches of 50 walks of libunwind's
+    /// `unw_backtrace` from here, in ns a frame, after checking that it
+    /// finds the `n` frames the walk found (or one more: its own).
+    pub fn libunwind(n: usize) -> f64 {
+        let mut buf = [std::ptr::null_mut(); 512];
+        // SAFETY: the buffer holds 512 pointers.
+        let mut walk = || unsafe { unw_backtrace(buf.as_mut_ptr(), 512) } as usize;
+        let k = walk();
+        assert!(
+            k == n || k == n + 1,
+            "libunwind found {k} frames, the walk {n}"
+        );
+        let mut best = f64::MAX;
+        for _ in 0..400 {
+            let t = std::time::Instant::now();
+            for _ in 0..50 {
+                std::hint::black_box(walk());
+            }
+            best = best.min(t.elapsed().as_nanos() as f64 / 50.0 / k as f64);
+        }
+        best
+    }
+
+    /// The fastest of 400 batches of 50 floor walks over the frames
+    /// `frames` the walk found from `regs`, in ns a frame.
+    pub fn best(chain: Chain, regs: Regs, frames: &[Frame]) -> f64 {
+        let mut out = [0u64; 512];
+        let n = frames.len();
+        let mut table = Box::new([[0u64; 2]; ENTRIES]);
+        if chain == Chain::Sframe {
+            // Each frame's pc and the step to its caller's sp (the Rust
+            // frames between the C ones share a pc, and so a step).
+            for w in frames.windows(2) {
+                let step = [w[0].pc, w[1].sp - w[0].sp];
+                let home = (w[0].pc >> 2) as usize & (ENTRIES - 1);
+                let free = [home, (home + 1) & (ENTRIES - 1)]
+                    .into_iter()
+                    .find(|&k| table[k][0] == 0 || table[k] == step)
+                    .expect("three pcs of the stack share two entries");
+                table[free] = step;
+            }
+        }
+        let walk = |out: &mut [u64]| match chain {
+            Chain::Sframe => table_chain(&table, frames[0].pc, frames[0].sp, out),
+            _ => link_chain(regs.rbp, frames[n - 1].sp, out),
+        };
+        // The floor follows the frames the walk found: the frame-pointer
+        // chain gives their callers' return addresses, from frame 1 on, and
+        // ends in the C library's start code, which keeps no frame pointer
+        // (the walk takes its last frames by their CFI).
+        let k = walk(&mut out[..n]);
+        let found: Vec<u64> = frames.iter().map(|f| f.pc).collect();
+        match chain {
+            Chain::Sframe => assert_eq!(&out[..k], &found[..]),
+            _ => assert!(k + 4 >= n && out[..k] == found[1..=k]),
+        }
+        let mut best = f64::MAX;
+        for _ in 0..400 {
+            let t = std::time::Instant::now();
+            for _ in 0..50 {
+                std::hint::black_box(walk(std::hint::black_box(&mut out[..k])));
+            }
+            best = best.min(t.elapsed().as_nanos() as f64 / 50.0 / k as f64);
+        }
+        best
     }
 }
 
