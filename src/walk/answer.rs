@@ -4,7 +4,7 @@
 //! for the step cache.
 
 use super::frame::{Lookup, Method};
-use crate::formats::sframe::{CfaRule, RegRule};
+use crate::formats::sframe::{CfaRule, QuickRow, RegRule};
 
 /// An SFrame row reduced to what the hot path applies: `cfa = (fp | sp) +
 /// cfa_off`, the return address at `cfa + ra_off`, the frame pointer at
@@ -192,6 +192,28 @@ impl Answer {
                 })
             }
         }
+    }
+
+    /// The answer [`Answer::classify`] gives an SFrame row of this shape
+    /// outside any trampoline: a rule, unless an offset does not fit.
+    #[inline(always)]
+    pub(crate) fn from_quick(q: QuickRow) -> Answer {
+        let Ok(ra_off) = i16::try_from(q.ra_off) else {
+            return Answer::SLOW;
+        };
+        let fp_off = match q.fp_off.map(i16::try_from) {
+            None => None,
+            Some(Ok(o)) => Some(o),
+            Some(Err(_)) => return Answer::SLOW,
+        };
+        Answer::from_rule(SimpleRule {
+            cfa_fp: q.cfa_fp,
+            cfa_off: q.cfa_off,
+            ra_off,
+            fp_off,
+            mangled_ra: q.mangled_ra,
+            cfi: false,
+        })
     }
 
     /// For a rule: the CFA is based on the frame pointer.

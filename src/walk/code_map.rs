@@ -1,6 +1,7 @@
 //! The walker's view of the loaded code: the [`CodeMap`] trait, which the
 //! module table implements, and [`SnapshotCode`] for captured stacks.
 
+use crate::formats::sframe::QuickRow;
 use core::sync::atomic::AtomicU64;
 
 use super::answer::Answer;
@@ -314,4 +315,16 @@ pub(crate) fn classify_at<C: CodeMap + ?Sized>(code: &C, key: u64, lookup: &Look
     // sigreturn call (an exact pc a signal interrupted there).
     let trampoline = code.known_trampoline_within(key.wrapping_add(1), MAX_SIGRETURN_CALL_AT + 1);
     Answer::classify(lookup, trampoline)
+}
+
+/// [`classify_at`] of an SFrame row in known code that
+/// [`crate::formats::sframe::SFrame::quick_row`] gave: the same answer as
+/// for the row `find_row` gives there.
+pub(crate) fn classify_quick_at<C: CodeMap + ?Sized>(code: &C, key: u64, row: QuickRow) -> Answer {
+    if code.is_outermost(key)
+        || code.known_trampoline_within(key.wrapping_add(1), MAX_SIGRETURN_CALL_AT + 1)
+    {
+        return Answer::SLOW;
+    }
+    Answer::from_quick(row)
 }

@@ -20,8 +20,8 @@ mod walker;
 
 /// The rows a [`CodeMap`] answers with, in the walker's terms.
 pub use crate::formats::sframe::{CfaRule, RegRule, Row};
-pub(crate) use code_map::classify_at;
 pub(crate) use code_map::code_map_through_deref;
+pub(crate) use code_map::{classify_at, classify_quick_at};
 pub use code_map::{CodeMap, SnapshotCode};
 pub use end_words::END_WORDS;
 pub(crate) use end_words::{used as walk_end_used, END_HEAD};

@@ -25,7 +25,7 @@ use gimli::{
     UnwindContext, UnwindSection,
 };
 use object::{Object, ObjectSection};
-use sframe_support::{function_lines, run_dump, scratch};
+use sframe_support::{expected_quick_row, function_lines, run_dump, scratch};
 use stackmark::formats::elf::{ElfFile, PT_GNU_SFRAME};
 use stackmark::formats::sframe::{Abi, CfaRule, PieceEntry, RegRule, Row, SFrame};
 
@@ -466,6 +466,11 @@ fn fde_index_agrees(file: &[u8]) -> usize {
         for pc in lo - 16..hi + 16 {
             let row = indexed.find_row(pc);
             assert_eq!(row, sframe.find_row(pc), "at {pc:#x} with {slots} slots");
+            assert_eq!(
+                indexed.quick_row(pc),
+                expected_quick_row(&sframe, pc),
+                "at {pc:#x} with {slots} slots"
+            );
             let fde = indexed.find_function(pc).map(|f| f.fde);
             assert_eq!(
                 fde,
@@ -665,6 +670,8 @@ fn rustc_and_rust_lld_give_concatenated_pcrel_version_2_matching_the_cfi() {
     for pc in lo - 16..hi + 16 {
         let row = indexed.find_row(pc);
         assert_eq!(row, sframe.find_row(pc), "at {pc:#x}");
+        // A concatenation is left to `find_row`.
+        assert_eq!(indexed.quick_row(pc), None, "at {pc:#x}");
         found += usize::from(row.is_some());
     }
     assert!(found > 1000, "{found}");

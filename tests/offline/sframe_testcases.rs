@@ -8,7 +8,7 @@
 
 use crate::sframe_support;
 
-use sframe_support::{cases_dir, function_lines, run_dump, scratch, Case};
+use sframe_support::{cases_dir, expected_quick_row, function_lines, run_dump, scratch, Case};
 use stackmark::formats::sframe::{Row, SFrame};
 
 /// The rows a linear scan over all functions finds at `pc`: the reference
@@ -80,6 +80,11 @@ fn check(name: &str) {
             sframe.find_row(pc),
             linear_lookup(&sframe, pc),
             "{name}: lookup at {pc:#x}"
+        );
+        assert_eq!(
+            sframe.quick_row(pc),
+            expected_quick_row(&sframe, pc),
+            "{name}: quick row at {pc:#x}"
         );
     }
 }
@@ -216,12 +221,23 @@ fn recorded_cases_span_versions_producers_and_features() {
     let (mut versions, mut pcrel, mut pc_mask, mut key_b, mut signal, mut flex) =
         ([0; 4], 0, 0, 0, 0, 0);
     let (mut ra_undefined, mut mangled, mut addr_sizes, mut word_sizes) = (0, 0, [0; 5], [0; 5]);
+    // The pcs `quick_row` answers, by version and architecture: it must
+    // take the common rows of both, with and without signed return
+    // addresses, for the tests of it above to mean anything.
+    let (mut quick, mut quick_mangled) = ([[0; 2]; 4], 0);
     for name in ALL {
         let case = Case::load(name);
         let Ok(sframe) = SFrame::parse(&case.content, case.section_base) else {
             assert!(case.content.is_empty(), "{name}");
             continue;
         };
+        if let Some((lo, hi)) = sframe.pc_range() {
+            let arch = usize::from(sframe.header().fixed_ra_offset != 0);
+            for q in (lo..hi).filter_map(|pc| sframe.quick_row(pc)) {
+                quick[usize::from(sframe.version())][arch] += 1;
+                quick_mangled += usize::from(q.mangled_ra);
+            }
+        }
         versions[usize::from(sframe.version())] += 1;
         pcrel += usize::from(sframe.header().pcrel());
         for f in sframe.functions() {
@@ -247,4 +263,7 @@ fn recorded_cases_span_versions_producers_and_features() {
         addr_sizes[1] > 0 && word_sizes[1] > 0 && word_sizes[2] > 0,
         "{word_sizes:?}"
     );
+    // Versions 1 and 2, AArch64 (RA in the row) and x86_64 (fixed RA).
+    assert!(quick[1..3].iter().flatten().all(|&n| n > 0), "{quick:?}");
+    assert!(quick_mangled > 0 && quick[3] == [0, 0], "{quick:?}");
 }
