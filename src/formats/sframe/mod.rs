@@ -733,55 +733,60 @@ impl<'a> SFrame<'a> {
         if self.pieces != 1 || h.version > 2 || self.unsorted & 1 != 0 {
             return None;
         }
-        let fde = self.find_fde_of_one(pc)?;
-        if fde.pc_mask {
+        // `find_fde_of_one`, with the FDE's layout known: the last FDE
+        // starting at or below pc, then back over empty functions.
+        let lo = self.covers(pc)?;
+        let (mut a, b) = match self.buckets {
+            Some(b) => b.bounds(lo, pc)?,
+            None => (0, h.num_fdes),
+        };
+        let mut b = b.min(h.num_fdes);
+        let (data, base, size) = (self.data, self.base, h.fde_size());
+        let anchor = |at: usize| base.wrapping_add((if h.field_relative() { at } else { h.at }) as u64);
+        // Both versions: start offset, size, FRE offset, FRE count, info.
+        let entry = |i: u32| -> Option<&[u8; 17]> {
+            let at = h.fdes.wrapping_add(i as usize * size);
+            data.get(at..at.wrapping_add(17))?.try_into().ok()
+        };
+        let word = |e: &[u8; 17], k: usize| u32::from_le_bytes([e[k], e[k + 1], e[k + 2], e[k + 3]]);
+        let start_of = |i: u32, e: &[u8; 17]| {
+            let at = h.fdes.wrapping_add(i as usize * size);
+            anchor(at).wrapping_add_signed(i64::from(word(e, 0) as i32))
+        };
+        while a < b {
+            let mid = a + (b - a) / 2;
+            if start_of(mid, entry(mid)?) <= pc {
+                a = mid + 1;
+            } else {
+                b = mid;
+            }
+        }
+        let mut i = a.checked_sub(1)?;
+        let (start, e) = loop {
+            let e = entry(i)?;
+            if word(e, 4) != 0 {
+                break (start_of(i, e), e);
+            }
+            i = i.checked_sub(1)?;
+        };
+        let off = pc.wrapping_sub(start);
+        // Not covered, or repeating (`PCMASK`).
+        if off >= u64::from(word(e, 4)) || e[16] & 0x10 != 0 {
             return None;
         }
-        // `find_fde_of_one` found a function covering pc.
-        let off = pc.wrapping_sub(fde.start);
-        let data = self.data;
-        let at = Fre::last_at_or_below(data, fde.fres, fde.num_fres, fde.addr_size, off)?;
-        let head = at.checked_add(usize::from(fde.addr_size))?;
+        let addr_size = 1u8 << (e[16] & 0xf).min(2);
+        let fres = h.fres.wrapping_add(word(e, 8) as usize);
+        let at = Fre::last_at_or_below(data, fres, word(e, 12), addr_size, off)?;
+        let head = at.checked_add(usize::from(addr_size))?;
         let info = *data.get(head)?;
         let count = usize::from((info >> 1) & 0xf);
-        let size = match (info >> 5) & 3 {
-            0 => 1,
-            1 => 2,
-            2 => 4,
-            _ => return None,
-        };
-        let words = data.get(head + 1..head + 1 + count * size)?;
-        let word = |i: usize| -> Option<i32> {
-            let b = words.get(i * size..i * size + size)?;
-            Some(match *b {
-                [a] => i32::from(a as i8),
-                [a, b] => i32::from(i16::from_le_bytes([a, b])),
-                [a, b, c, d] => i32::from_le_bytes([a, b, c, d]),
-                _ => return None,
-            })
-        };
-        let cfa_off = word(0)?;
-        let (ra_off, fp_index) = match h.fixed_ra_offset {
-            0 => match word(1)? {
-                0 => return None,
-                o => (o, 2),
-            },
-            o => (i32::from(o), 1),
-        };
-        if count > fp_index + 1 {
-            return None;
+        let words = head + 1;
+        match (info >> 5) & 3 {
+            0 => quick_rules::<1>(h, data.get(words..words + count)?, info),
+            1 => quick_rules::<2>(h, data.get(words..words + 2 * count)?, info),
+            2 => quick_rules::<4>(h, data.get(words..words + 4 * count)?, info),
+            _ => None,
         }
-        let fp_off = match (h.fixed_fp_offset, word(fp_index)) {
-            (0, o) => o,
-            (o, _) => Some(i32::from(o)),
-        };
-        Some(QuickRow {
-            cfa_fp: info & 1 == 0,
-            cfa_off,
-            ra_off,
-            fp_off,
-            mangled_ra: info & 0x80 != 0,
-        })
     }
 
     /// The FDE of the function covering `pc` in the piece of `h`. `bounds`: where the
@@ -849,6 +854,43 @@ impl<'a> SFrame<'a> {
             })
         })
     }
+}
+
+/// [`SFrame::quick_row`]'s rules from an FRE's info byte and its data
+/// words of `S` bytes each, as [`Fre::rules`] reads them for a row of the
+/// shape it covers.
+#[inline(always)]
+fn quick_rules<const S: usize>(h: &Header, words: &[u8], info: u8) -> Option<QuickRow> {
+    let word = |i: usize| -> Option<i32> {
+        let b = words.get(i * S..i * S + S)?;
+        Some(match S {
+            1 => i32::from(b[0] as i8),
+            2 => i32::from(i16::from_le_bytes([b[0], b[1]])),
+            _ => i32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+        })
+    };
+    let cfa_off = word(0)?;
+    let (ra_off, fp_index) = match h.fixed_ra_offset {
+        0 => match word(1)? {
+            0 => return None,
+            o => (o, 2),
+        },
+        o => (i32::from(o), 1),
+    };
+    if words.len() > (fp_index + 1) * S {
+        return None;
+    }
+    let fp_off = match (h.fixed_fp_offset, word(fp_index)) {
+        (0, o) => o,
+        (o, _) => Some(i32::from(o)),
+    };
+    Some(QuickRow {
+        cfa_fp: info & 1 == 0,
+        cfa_off,
+        ra_off,
+        fp_off,
+        mangled_ra: info & 0x80 != 0,
+    })
 }
 
 /// One function of a validated section: its descriptor and its rows.
