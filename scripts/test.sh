@@ -142,8 +142,8 @@ check "bench smoke run (scripts/bench-goals.sh --quick)" bash scripts/bench-goal
 check "bench spread smoke run (scripts/bench-goals.sh --spread 2)" bash scripts/bench-goals.sh --spread 2
 
 # --- 6. Fuzz smoke run (cargo fuzz, nightly): each target, bounded ------------------
-check "fuzz smoke run (${STACKMARK_FUZZ_SECS:-45} s per target)" \
-  bash scripts/fuzz.sh "${STACKMARK_FUZZ_SECS:-45}"
+check "fuzz smoke run (${STACKMARK_FUZZ_SECS:-40} s per target)" \
+  bash scripts/fuzz.sh "${STACKMARK_FUZZ_SECS:-40}"
 drop_build fuzz/target
 
 # --- 7. Apple targets: compile only (nothing here can run macOS code) -----------------

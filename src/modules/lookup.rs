@@ -27,8 +27,8 @@ impl Table {
 
     /// The answer for lookup pc `key` where its module's SFrame gives a
     /// [quick row](crate::formats::sframe::SFrame::quick_row) there: the
-    /// answer the general lookup classifies to, in some half the
-    /// instructions. `None` elsewhere.
+    /// answer the general lookup classifies to, in fewer instructions
+    /// (`docs/performance.md`). `None` elsewhere.
     #[inline(always)]
     fn quick_answer(&self, key: u64) -> Option<Answer> {
         let row = self.module_for_code(key)?.sframe.as_ref()?.quick_row(key)?;
@@ -331,7 +331,6 @@ impl CodeMap for Table {
             && crate::sys::may_be_mapped(pc, A::SIGRETURN_CODE.len())
     }
 }
-
 
 #[cfg(test)]
 mod tests {

@@ -1,13 +1,13 @@
 //! The walker's view of the loaded code: the [`CodeMap`] trait, which the
 //! module table implements, and [`SnapshotCode`] for captured stacks.
 
-use crate::formats::sframe::QuickRow;
 use core::sync::atomic::AtomicU64;
 
 use super::answer::Answer;
 use super::end_words::END_WORDS;
 use super::frame::{Lookup, SCAN_MEMO_WORDS};
 use crate::arch::Arch;
+use crate::formats::sframe::QuickRow;
 use crate::memory::MemoryReader;
 
 /// The walker's view of the loaded code: where the unwind rows are and which
@@ -311,19 +311,21 @@ pub(crate) fn classify_at<C: CodeMap + ?Sized>(code: &C, key: u64, lookup: &Look
     if !matches!(lookup, Lookup::Outside) && code.is_outermost(key) {
         return Answer::SLOW;
     }
-    // From just before a trampoline (a return address's key) to its
-    // sigreturn call (an exact pc a signal interrupted there).
-    let trampoline = code.known_trampoline_within(key.wrapping_add(1), MAX_SIGRETURN_CALL_AT + 1);
-    Answer::classify(lookup, trampoline)
+    Answer::classify(lookup, near_trampoline(code, key))
+}
+
+/// Whether lookup pc `key` lies from just before a known trampoline (a
+/// return address's key) to its sigreturn call (an exact pc a signal
+/// interrupted there).
+fn near_trampoline<C: CodeMap + ?Sized>(code: &C, key: u64) -> bool {
+    code.known_trampoline_within(key.wrapping_add(1), MAX_SIGRETURN_CALL_AT + 1)
 }
 
 /// [`classify_at`] of an SFrame row in known code that
 /// [`crate::formats::sframe::SFrame::quick_row`] gave: the same answer as
 /// for the row `find_row` gives there.
 pub(crate) fn classify_quick_at<C: CodeMap + ?Sized>(code: &C, key: u64, row: QuickRow) -> Answer {
-    if code.is_outermost(key)
-        || code.known_trampoline_within(key.wrapping_add(1), MAX_SIGRETURN_CALL_AT + 1)
-    {
+    if code.is_outermost(key) || near_trampoline(code, key) {
         return Answer::SLOW;
     }
     Answer::from_quick(row)

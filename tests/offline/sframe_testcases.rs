@@ -8,7 +8,7 @@
 
 use crate::sframe_support;
 
-use sframe_support::{cases_dir, expected_quick_row, function_lines, run_dump, scratch, Case};
+use sframe_support::{cases_dir, function_lines, quick_row_oracle, run_dump, scratch, Case};
 use stackmark::formats::sframe::{Row, SFrame};
 
 /// The rows a linear scan over all functions finds at `pc`: the reference
@@ -75,6 +75,7 @@ fn check(name: &str) {
         assert_eq!(functions, 0);
         return;
     };
+    let expected_quick_row = quick_row_oracle(&sframe);
     for pc in lo.saturating_sub(8)..hi + 8 {
         assert_eq!(
             sframe.find_row(pc),
@@ -83,7 +84,7 @@ fn check(name: &str) {
         );
         assert_eq!(
             sframe.quick_row(pc),
-            expected_quick_row(&sframe, pc),
+            expected_quick_row(pc),
             "{name}: quick row at {pc:#x}"
         );
     }

@@ -350,41 +350,43 @@ pub fn fde_starts(path: &Path) -> Option<FdeStarts> {
 }
 
 /// What [`SFrame::quick_row`](stackmark::formats::sframe::SFrame::quick_row)
-/// must answer at `pc`, from what `find_row` and `find_function` give there:
-/// the row in brief where the section is ordinary (one piece of version 1
-/// or 2, its functions in address order), the function does not repeat,
-/// and the row has the shape it covers; `None` anywhere else.
-pub fn expected_quick_row(
-    sframe: &stackmark::formats::sframe::SFrame<'_>,
-    pc: u64,
-) -> Option<stackmark::formats::sframe::QuickRow> {
+/// must answer at a pc of `sframe`, from what `find_row` and
+/// `find_function` give there: the row in brief where the section is
+/// ordinary (one piece of version 1 or 2, its functions in address order),
+/// the function does not repeat, and the row has the shape it covers;
+/// `None` anywhere else.
+pub fn quick_row_oracle<'s>(
+    sframe: &'s stackmark::formats::sframe::SFrame<'_>,
+) -> impl Fn(u64) -> Option<stackmark::formats::sframe::QuickRow> + 's {
     use stackmark::formats::sframe::{CfaRule, QuickRow, RegRule};
     let starts: Vec<u64> = sframe.functions().map(|f| f.fde.start).collect();
     let ordinary = sframe.piece_count() == 1
         && sframe.version() <= 2
         && starts.windows(2).all(|w| w[0] <= w[1]);
-    if !ordinary || sframe.find_function(pc)?.fde.pc_mask {
-        return None;
+    move |pc| {
+        if !ordinary || sframe.find_function(pc)?.fde.pc_mask {
+            return None;
+        }
+        let row = sframe.find_row(pc)?;
+        let (cfa_fp, cfa_off) = match row.cfa {
+            CfaRule::SpPlus(o) => (false, o),
+            CfaRule::FpPlus(o) => (true, o),
+            _ => return None,
+        };
+        let RegRule::AtCfa(ra_off) = row.ra else {
+            return None;
+        };
+        let fp_off = match row.fp {
+            RegRule::SameValue => None,
+            RegRule::AtCfa(o) => Some(o),
+            _ => return None,
+        };
+        (!row.signal_frame).then_some(QuickRow {
+            cfa_fp,
+            cfa_off,
+            ra_off,
+            fp_off,
+            mangled_ra: row.mangled_ra,
+        })
     }
-    let row = sframe.find_row(pc)?;
-    let (cfa_fp, cfa_off) = match row.cfa {
-        CfaRule::SpPlus(o) => (false, o),
-        CfaRule::FpPlus(o) => (true, o),
-        _ => return None,
-    };
-    let RegRule::AtCfa(ra_off) = row.ra else {
-        return None;
-    };
-    let fp_off = match row.fp {
-        RegRule::SameValue => None,
-        RegRule::AtCfa(o) => Some(o),
-        _ => return None,
-    };
-    (!row.signal_frame).then_some(QuickRow {
-        cfa_fp,
-        cfa_off,
-        ra_off,
-        fp_off,
-        mangled_ra: row.mangled_ra,
-    })
 }

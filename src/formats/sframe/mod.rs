@@ -61,6 +61,7 @@ pub use index::PieceEntry;
 pub use row::{Abi, CfaRule, RegRule, Row};
 
 use buckets::Buckets;
+use coverage::Coverage;
 
 /// A row as [`SFrame::quick_row`] gives it: `cfa = (fp | sp) + cfa_off`,
 /// the return address at `cfa + ra_off`, the frame pointer at
@@ -78,8 +79,6 @@ pub struct QuickRow {
     /// The saved return address carries pointer-authentication bits.
     pub mangled_ra: bool,
 }
-
-use coverage::Coverage;
 
 /// What is wrong with a section. Offsets count from the start of the data
 /// given to [`SFrame::parse`].
