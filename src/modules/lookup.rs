@@ -17,28 +17,36 @@ impl Table {
         // is kept in the step cache, and a general step that needs the row
         // caches it itself. A cold walk's first sight of each pc then pays
         // for one cache, not two.
-        let hot = match self.quick_answer(key) {
+        let module = self.module_for_code(key);
+        let hot = match module.and_then(|m| self.quick_answer(m, key)) {
             Some(hot) => hot,
-            None => crate::walk::classify_at(self, key, &self.lookup_uncached(key)),
+            None => crate::walk::classify_at(self, key, &self.lookup_in(module, key)),
         };
         crate::cache::step::put(key, self.cache_gen, hot);
         hot
     }
 
-    /// The answer for lookup pc `key` where its module's SFrame gives a
-    /// [quick row](crate::formats::sframe::SFrame::quick_row) there: the
+    /// The answer for lookup pc `key` in module `m` where its SFrame gives
+    /// a [quick row](crate::formats::sframe::SFrame::quick_row) there: the
     /// answer the general lookup classifies to, in fewer instructions
     /// (`docs/performance.md`). `None` elsewhere.
     #[inline(always)]
-    fn quick_answer(&self, key: u64) -> Option<Answer> {
-        let row = self.module_for_code(key)?.sframe.as_ref()?.quick_row(key)?;
+    fn quick_answer(&self, m: &Module, key: u64) -> Option<Answer> {
+        let row = m.sframe.as_ref()?.quick_row(key)?;
         Some(crate::walk::classify_quick_at(self, key, row))
     }
 
     /// The lookup itself, without the cache.
     #[inline(always)]
     pub fn lookup_uncached(&self, pc: u64) -> Lookup {
-        match self.module_for_code(pc) {
+        self.lookup_in(self.module_for_code(pc), pc)
+    }
+
+    /// [`Table::lookup_uncached`] of `pc`, whose module (the one whose code
+    /// holds it) is `module`.
+    #[inline(always)]
+    fn lookup_in(&self, module: Option<&Module>, pc: u64) -> Lookup {
+        match module {
             None => Lookup::Outside,
             Some(m) => {
                 // Nothing calls the entry function, whatever a table row
@@ -409,7 +417,8 @@ mod tests {
             t.finish(0x9_0000_0001);
             for pc in lo..hi {
                 let general = classify_at(&*t, pc, &t.lookup_uncached(pc));
-                if let Some(q) = t.quick_answer(pc) {
+                let answer = t.module_for_code(pc).and_then(|m| t.quick_answer(m, pc));
+                if let Some(q) = answer {
                     assert_eq!(q, general, "{name} at {pc:#x}");
                     assert!(sf.version() <= 2, "{name} at {pc:#x}");
                     quick += usize::from(q.kind() == AnswerKind::Rule);
