@@ -77,6 +77,78 @@ fn anchor(h: &Header, at: usize) -> u64 {
     (if h.field_relative() { at } else { h.at }) as u64
 }
 
+/// The fields versions 1 and 2 share at the head of an FDE (start
+/// offset, size, FRE offset, FRE count, info: 17 bytes), for lookups in a
+/// validated section: read in wrapping arithmetic, without the checks
+/// validation made.
+#[derive(Clone, Copy)]
+pub(super) struct Head12<'a> {
+    /// The FDE's offset in the data.
+    pub at: usize,
+    bytes: &'a [u8; 17],
+}
+
+impl<'a> Head12<'a> {
+    /// The head of FDE `i` of the piece `h` (version 1 or 2), if it lies
+    /// in the data.
+    #[inline(always)]
+    pub fn read(data: &'a [u8], h: &Header, i: u32) -> Option<Self> {
+        Self::read_sized(data, h, h.fde_size(), i)
+    }
+
+    /// [`Head12::read`] with the piece's FDE size given (computed once for
+    /// a search).
+    #[inline(always)]
+    pub fn read_sized(data: &'a [u8], h: &Header, size: usize, i: u32) -> Option<Self> {
+        let at = (i as usize).wrapping_mul(size).wrapping_add(h.fdes);
+        let bytes = data.get(at..at.wrapping_add(17))?.try_into().ok()?;
+        Some(Head12 { at, bytes })
+    }
+
+    #[inline(always)]
+    fn word(&self, k: usize) -> u32 {
+        let b = self.bytes;
+        u32::from_le_bytes([b[k], b[k + 1], b[k + 2], b[k + 3]])
+    }
+
+    /// The function's runtime start address, for a section at `base`.
+    #[inline(always)]
+    pub fn start(&self, h: &Header, base: u64) -> u64 {
+        let rel = i64::from(self.word(0) as i32);
+        base.wrapping_add(anchor(h, self.at)).wrapping_add_signed(rel)
+    }
+
+    /// The function's size in bytes.
+    #[inline(always)]
+    pub fn size(&self) -> u32 {
+        self.word(4)
+    }
+
+    /// The offset of the function's first FRE in the data.
+    #[inline(always)]
+    pub fn fres(&self, h: &Header) -> usize {
+        h.fres.wrapping_add(self.word(8) as usize)
+    }
+
+    /// How many FREs the function has.
+    #[inline(always)]
+    pub fn num_fres(&self) -> u32 {
+        self.word(12)
+    }
+
+    /// The info byte: FRE type, `PCMASK`, PAC key.
+    #[inline(always)]
+    pub fn info(&self) -> u8 {
+        self.bytes[16]
+    }
+
+    /// The size of the FREs' start addresses: 1, 2 or 4 bytes.
+    #[inline(always)]
+    pub fn addr_size(&self) -> u8 {
+        1 << (self.info() & 0xf).min(2)
+    }
+}
+
 impl Fde {
     /// Whether the FRE data words are FLEX control/offset pairs.
     pub fn is_flex(&self) -> bool {
@@ -185,26 +257,22 @@ impl Fde {
         if h.version == 3 {
             return Fde::read(data, h, i, base).ok();
         }
-        let at = (i as usize).wrapping_mul(h.fde_size()).wrapping_add(h.fdes);
-        // Both versions: start offset, size, FRE offset, FRE count, info;
-        // version 2 then its repetition size.
-        let b: &[u8; 17] = data.get(at..at.wrapping_add(17))?.try_into().ok()?;
+        let e = Head12::read(data, h, i)?;
+        let at = e.at;
         let rep_size = if h.version == 2 {
             *data.get(at.wrapping_add(17))?
         } else {
             16
         };
-        let word = |k: usize| u32::from_le_bytes([b[k], b[k + 1], b[k + 2], b[k + 3]]);
-        let rel = i64::from(word(0) as i32);
-        let info = b[16];
+        let info = e.info();
         Some(Fde {
             at,
             index: i,
-            start: base.wrapping_add(anchor(h, at)).wrapping_add_signed(rel),
-            size: word(4),
-            fres: h.fres.wrapping_add(word(8) as usize),
-            num_fres: word(12),
-            addr_size: 1 << (info & 0xf).min(2),
+            start: e.start(h, base),
+            size: e.size(),
+            fres: e.fres(h),
+            num_fres: e.num_fres(),
+            addr_size: e.addr_size(),
             pc_mask: info & 0x10 != 0,
             rep_size,
             pauth_key_b: info & 0x20 != 0,

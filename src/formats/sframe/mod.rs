@@ -61,6 +61,7 @@ pub use index::PieceEntry;
 pub use row::{Abi, CfaRule, RegRule, Row};
 
 use buckets::Buckets;
+use fde::Head12;
 use coverage::Coverage;
 
 /// A row as [`SFrame::quick_row`] gives it: `cfa = (fp | sp) + cfa_off`,
@@ -741,42 +742,31 @@ impl<'a> SFrame<'a> {
         };
         let mut b = b.min(h.num_fdes);
         let (data, base, size) = (self.data, self.base, h.fde_size());
-        let anchor = |at: usize| base.wrapping_add((if h.field_relative() { at } else { h.at }) as u64);
-        // Both versions: start offset, size, FRE offset, FRE count, info.
-        let entry = |i: u32| -> Option<&[u8; 17]> {
-            let at = h.fdes.wrapping_add(i as usize * size);
-            data.get(at..at.wrapping_add(17))?.try_into().ok()
-        };
-        let word = |e: &[u8; 17], k: usize| u32::from_le_bytes([e[k], e[k + 1], e[k + 2], e[k + 3]]);
-        let start_of = |i: u32, e: &[u8; 17]| {
-            let at = h.fdes.wrapping_add(i as usize * size);
-            anchor(at).wrapping_add_signed(i64::from(word(e, 0) as i32))
-        };
+        let entry = |i: u32| Head12::read_sized(data, h, size, i);
+        let start_of = |i: u32| Some(entry(i)?.start(h, base));
         while a < b {
             let mid = a + (b - a) / 2;
-            if start_of(mid, entry(mid)?) <= pc {
+            if start_of(mid)? <= pc {
                 a = mid + 1;
             } else {
                 b = mid;
             }
         }
         let mut i = a.checked_sub(1)?;
-        let (start, e) = loop {
+        let e = loop {
             let e = entry(i)?;
-            if word(e, 4) != 0 {
-                break (start_of(i, e), e);
+            if e.size() != 0 {
+                break e;
             }
             i = i.checked_sub(1)?;
         };
-        let off = pc.wrapping_sub(start);
+        let off = pc.wrapping_sub(e.start(h, base));
         // Not covered, or repeating (`PCMASK`).
-        if off >= u64::from(word(e, 4)) || e[16] & 0x10 != 0 {
+        if off >= u64::from(e.size()) || e.info() & 0x10 != 0 {
             return None;
         }
-        let addr_size = 1u8 << (e[16] & 0xf).min(2);
-        let fres = h.fres.wrapping_add(word(e, 8) as usize);
-        let at = Fre::last_at_or_below(data, fres, word(e, 12), addr_size, off)?;
-        let head = at.checked_add(usize::from(addr_size))?;
+        let at = Fre::last_at_or_below(data, e.fres(h), e.num_fres(), e.addr_size(), off)?;
+        let head = at.checked_add(usize::from(e.addr_size()))?;
         let info = *data.get(head)?;
         let count = usize::from((info >> 1) & 0xf);
         let words = head + 1;
