@@ -4,7 +4,7 @@
 //! for the step cache.
 
 use super::frame::{Lookup, Method};
-use crate::formats::sframe::{CfaRule, QuickRow, RegRule};
+use crate::formats::sframe::QuickRow;
 
 /// An SFrame row reduced to what the hot path applies: `cfa = (fp | sp) +
 /// cfa_off`, the return address at `cfa + ra_off`, the frame pointer at
@@ -160,44 +160,18 @@ impl Answer {
             _ if trampoline => Answer::SLOW,
             Lookup::NoInfo => Answer::NO_INFO,
             Lookup::Compact { .. } => Answer::SLOW,
-            Lookup::SFrame(row) | Lookup::Cfi(row) if row.signal_frame => Answer::SLOW,
-            Lookup::SFrame(row) | Lookup::Cfi(row) => {
-                let (cfa_fp, cfa_off) = match row.cfa {
-                    CfaRule::SpPlus(o) => (false, o),
-                    CfaRule::FpPlus(o) => (true, o),
-                    _ => return Answer::SLOW,
-                };
-                let ra_off = match row.ra {
-                    RegRule::AtCfa(o) => match i16::try_from(o) {
-                        Ok(o) => o,
-                        Err(_) => return Answer::SLOW,
-                    },
-                    _ => return Answer::SLOW,
-                };
-                let fp_off = match row.fp {
-                    RegRule::Undefined | RegRule::SameValue => None,
-                    RegRule::AtCfa(o) => match i16::try_from(o) {
-                        Ok(o) => Some(o),
-                        Err(_) => return Answer::SLOW,
-                    },
-                    _ => return Answer::SLOW,
-                };
-                Answer::from_rule(SimpleRule {
-                    cfa_fp,
-                    cfa_off,
-                    ra_off,
-                    fp_off,
-                    mangled_ra: row.mangled_ra,
-                    cfi: matches!(lookup, Lookup::Cfi(_)),
-                })
-            }
+            Lookup::SFrame(row) | Lookup::Cfi(row) => match QuickRow::of(row) {
+                Some(q) => Answer::from_quick(q, matches!(lookup, Lookup::Cfi(_))),
+                None => Answer::SLOW,
+            },
         }
     }
 
-    /// The answer [`Answer::classify`] gives an SFrame row of this shape
-    /// outside any trampoline: a rule, unless an offset does not fit.
+    /// The answer [`Answer::classify`] gives a row of this shape outside
+    /// any trampoline (`cfi`: a DWARF CFI row): a rule, unless an offset
+    /// does not fit.
     #[inline(always)]
-    pub(crate) fn from_quick(q: QuickRow) -> Answer {
+    pub(crate) fn from_quick(q: QuickRow, cfi: bool) -> Answer {
         let Ok(ra_off) = i16::try_from(q.ra_off) else {
             return Answer::SLOW;
         };
@@ -212,7 +186,7 @@ impl Answer {
             ra_off,
             fp_off,
             mangled_ra: q.mangled_ra,
-            cfi: false,
+            cfi,
         })
     }
 

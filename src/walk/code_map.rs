@@ -328,5 +328,5 @@ pub(crate) fn classify_quick_at<C: CodeMap + ?Sized>(code: &C, key: u64, row: Qu
     if code.is_outermost(key) || near_trampoline(code, key) {
         return Answer::SLOW;
     }
-    Answer::from_quick(row)
+    Answer::from_quick(row, false)
 }

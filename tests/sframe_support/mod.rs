@@ -358,7 +358,7 @@ pub fn fde_starts(path: &Path) -> Option<FdeStarts> {
 pub fn quick_row_oracle<'s>(
     sframe: &'s stackmark::formats::sframe::SFrame<'_>,
 ) -> impl Fn(u64) -> Option<stackmark::formats::sframe::QuickRow> + 's {
-    use stackmark::formats::sframe::{CfaRule, QuickRow, RegRule};
+    use stackmark::formats::sframe::QuickRow;
     let starts: Vec<u64> = sframe.functions().map(|f| f.fde.start).collect();
     let ordinary = sframe.piece_count() == 1
         && sframe.version() <= 2
@@ -367,26 +367,6 @@ pub fn quick_row_oracle<'s>(
         if !ordinary || sframe.find_function(pc)?.fde.pc_mask {
             return None;
         }
-        let row = sframe.find_row(pc)?;
-        let (cfa_fp, cfa_off) = match row.cfa {
-            CfaRule::SpPlus(o) => (false, o),
-            CfaRule::FpPlus(o) => (true, o),
-            _ => return None,
-        };
-        let RegRule::AtCfa(ra_off) = row.ra else {
-            return None;
-        };
-        let fp_off = match row.fp {
-            RegRule::SameValue => None,
-            RegRule::AtCfa(o) => Some(o),
-            _ => return None,
-        };
-        (!row.signal_frame).then_some(QuickRow {
-            cfa_fp,
-            cfa_off,
-            ra_off,
-            fp_off,
-            mangled_ra: row.mangled_ra,
-        })
+        QuickRow::of(&sframe.find_row(pc)?)
     }
 }

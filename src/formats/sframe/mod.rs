@@ -81,6 +81,34 @@ pub struct QuickRow {
     pub mangled_ra: bool,
 }
 
+impl QuickRow {
+    /// `row` in brief where it has the shape a quick row covers (and is
+    /// not a signal frame's): what [`SFrame::quick_row`] gives wherever it
+    /// applies. `None` for any other row.
+    pub fn of(row: &Row) -> Option<QuickRow> {
+        let (cfa_fp, cfa_off) = match row.cfa {
+            CfaRule::SpPlus(o) => (false, o),
+            CfaRule::FpPlus(o) => (true, o),
+            _ => return None,
+        };
+        let RegRule::AtCfa(ra_off) = row.ra else {
+            return None;
+        };
+        let fp_off = match row.fp {
+            RegRule::Undefined | RegRule::SameValue => None,
+            RegRule::AtCfa(o) => Some(o),
+            _ => return None,
+        };
+        (!row.signal_frame).then_some(QuickRow {
+            cfa_fp,
+            cfa_off,
+            ra_off,
+            fp_off,
+            mangled_ra: row.mangled_ra,
+        })
+    }
+}
+
 /// What is wrong with a section. Offsets count from the start of the data
 /// given to [`SFrame::parse`].
 ///
