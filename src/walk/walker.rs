@@ -105,8 +105,8 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
                 if n == out.len() {
                     break;
                 }
-                if self.ends_at_outermost() {
-                    out[n] = self.pending.take().expect("a pending frame");
+                if let Some(last) = self.take_outermost() {
+                    out[n] = last;
                     self.next_hot = None;
                     self.depth += 1;
                     self.stop = StopReason::Outermost;
@@ -131,8 +131,8 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
         n
     }
 
-    /// Whether the general step would return the pending frame and end the
-    /// walk there ([`StopReason::Outermost`]), read nothing and change no
+    /// The pending frame, taken, where the general step would return it and
+    /// end the walk there ([`StopReason::Outermost`]), read nothing and change no
     /// register: a frame in the program's entry function
     /// ([`CodeMap::is_outermost`], whose row says so to a walk with
     /// tables) that the general step takes by the frame alone
@@ -142,13 +142,15 @@ impl<A: Arch, M: MemoryReader, C: CodeMap> Walker<A, M, C> {
     /// a few compares, not through a remembered walk end (250 instructions
     /// a walk fewer: callgrind; through the general step, 320 more).
     #[inline(always)]
-    fn ends_at_outermost(&self) -> bool {
-        let Some(cur) = self.pending else {
-            return false;
-        };
-        self.steps_by_the_frame_alone(&cur)
+    fn take_outermost(&mut self) -> Option<Frame> {
+        let cur = self.pending?;
+        let ends = self.steps_by_the_frame_alone(&cur)
             && self.code.is_outermost(cur.lookup_pc())
-            && !(self.opts.use_tables && self.code.is_known_trampoline(cur.pc))
+            && !(self.opts.use_tables && self.code.is_known_trampoline(cur.pc));
+        ends.then(|| {
+            self.pending = None;
+            cur
+        })
     }
 
     /// Whether the general step from `cur` depends on the frame, its frame
