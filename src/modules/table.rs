@@ -1,6 +1,6 @@
 //! The table of modules: finding the module that holds an address.
 
-use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use core::sync::atomic::{AtomicU16, AtomicU64, Ordering::Relaxed};
 
 use super::Module;
 
@@ -35,10 +35,15 @@ pub struct Table {
     /// [`Table::finish`], so two tables never share an answer, whatever
     /// generations their builders gave them; 0 (uncached) until finished.
     pub(super) cache_gen: u64,
+    /// The index of the module [`Table::module_for_code`] last found by
+    /// searching: a cold walk's next pc is usually in the same one.
+    last_code: AtomicU16,
 }
 
 impl Table {
     /// An empty table.
+    // Each use is a new table, hint and all: what the constant is for.
+    #[allow(clippy::declare_interior_mutable_const)]
     pub const EMPTY: Table = Table {
         modules: [Module::EMPTY; MAX_MODULES],
         count: 0,
@@ -51,6 +56,7 @@ impl Table {
         entry: 0,
         generation: 0,
         cache_gen: 0,
+        last_code: AtomicU16::new(0),
     };
 
     /// The modules, in discovery order.
@@ -195,6 +201,12 @@ impl Table {
 
     /// The module whose executable segments hold `addr`.
     pub fn module_for_code(&self, addr: u64) -> Option<&Module> {
+        // The code of a snapshot's modules does not overlap, so a module
+        // whose code holds addr is the one the search would find.
+        let hint = usize::from(self.last_code.load(Relaxed));
+        if let Some(m) = self.modules().get(hint).filter(|m| m.is_code(addr)) {
+            return Some(m);
+        }
         let texts = &self.text_sorted[..self.count];
         // The ranges starting at or below addr, nearest first; ranges may
         // nest (the vDSO sits apart), so go on down while an earlier range
@@ -207,8 +219,10 @@ impl Table {
                 return None;
             }
             if addr < texts[k].1 {
-                let m = &self.modules[self.by_text[k] as usize];
+                let i = self.by_text[k];
+                let m = &self.modules[i as usize];
                 if m.is_code(addr) {
+                    self.last_code.store(i, Relaxed);
                     return Some(m);
                 }
             }
