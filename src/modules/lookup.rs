@@ -26,14 +26,29 @@ impl Table {
         hot
     }
 
-    /// The answer for lookup pc `key` in module `m` where its SFrame gives
-    /// a [quick row](crate::formats::sframe::SFrame::quick_row) there: the
-    /// answer the general lookup classifies to, in fewer instructions
+    /// The answer for lookup pc `key` in module `m` where the table the
+    /// general lookup takes its row from gives a quick row there (SFrame's
+    /// [`quick_row`](crate::formats::sframe::SFrame::quick_row), or, where
+    /// neither SFrame nor compact unwind covers the pc, DWARF CFI's
+    /// [`quick_row`](crate::formats::cfi::Cfi::quick_row)): the answer the
+    /// general lookup classifies to, in fewer instructions
     /// (`docs/performance.md`). `None` elsewhere.
     #[inline(always)]
     fn quick_answer(&self, m: &Module, key: u64) -> Option<Answer> {
-        let row = m.sframe.as_ref()?.quick_row(key)?;
-        Some(crate::walk::classify_quick_at(self, key, row))
+        if let Some(sframe) = &m.sframe {
+            if let Some(row) = sframe.quick_row(key) {
+                return Some(crate::walk::classify_quick_at(self, key, row, false));
+            }
+            if sframe.find_row(key).is_some() {
+                return None;
+            }
+        }
+        // The entry function's row is the outermost one, found without CFI.
+        if m.compact.is_some() || self.is_entry_function(key) {
+            return None;
+        }
+        let row = m.cfi.as_ref()?.quick_row(key)?;
+        Some(crate::walk::classify_quick_at(self, key, row, true))
     }
 
     /// The lookup itself, without the cache.
@@ -427,5 +442,59 @@ mod tests {
             }
         }
         assert!(quick * 10 >= rules * 9, "{quick} of {rules}");
+    }
+
+    /// As above for DWARF CFI, in a module with CFI alone: the C library
+    /// of both architectures, with a trampoline and the entry function
+    /// inside its code, looked up every few bytes and at every byte around
+    /// those two. And the quick answer gives nearly every rule there.
+    #[test]
+    fn the_quick_cfi_answer_is_the_general_lookups_wherever_it_applies() {
+        use crate::formats::cfi::{Cfi, Registers};
+        use object::{Object, ObjectSection};
+        let libs = [
+            ("/lib/x86_64-linux-gnu/libc.so.6", Registers::X86_64, 99),
+            ("/usr/aarch64-linux-gnu/lib/libc.so.6", Registers::AARCH64, 60),
+        ];
+        for (path, regs, percent) in libs {
+            let file = std::fs::read(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+            let file: &'static [u8] = Box::leak(file.into_boxed_slice());
+            let obj = object::File::parse(file).unwrap();
+            let section = |name: &str| {
+                let s = obj.section_by_name(name).unwrap();
+                (s.data().unwrap(), s.address(), s.size())
+            };
+            let (hdr, hdr_addr, _) = section(".eh_frame_hdr");
+            let (eh_frame, _, _) = section(".eh_frame");
+            let (_, lo, size) = section(".text");
+            let mut m = Module::EMPTY;
+            m.set_name(b"libc");
+            assert!(m.push_segment(Segment {
+                start: lo,
+                size,
+                vaddr: lo,
+                flags: PF_R | PF_X,
+            }));
+            m.cfi = Some(Cfi::new(hdr, hdr_addr, eh_frame, regs).unwrap());
+            let mut t = Box::new(Table::EMPTY);
+            t.push(m);
+            let (trampoline, entry) = (lo + 0x1000, lo + 0x2000);
+            t.add_trampoline(trampoline);
+            t.set_entry(entry);
+            t.finish(0x9_0000_0003);
+            let near = |c: u64| c - 64..c + ENTRY_SPAN + 64;
+            let pcs = (lo..lo + size).step_by(5).chain(near(trampoline)).chain(near(entry));
+            let (mut quick, mut rules) = (0, 0);
+            for pc in pcs {
+                let general = classify_at(&*t, pc, &t.lookup_uncached(pc));
+                let answer = t.module_for_code(pc).and_then(|m| t.quick_answer(m, pc));
+                if let Some(q) = answer {
+                    assert_eq!(q, general, "{path} at {pc:#x}");
+                    quick += usize::from(q.kind() == AnswerKind::Rule);
+                }
+                rules += usize::from(general.kind() == AnswerKind::Rule);
+            }
+            assert!(quick * 100 >= rules * percent, "{path}: {quick} of {rules}");
+        }
     }
 }

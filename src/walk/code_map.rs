@@ -321,12 +321,19 @@ fn near_trampoline<C: CodeMap + ?Sized>(code: &C, key: u64) -> bool {
     code.known_trampoline_within(key.wrapping_add(1), MAX_SIGRETURN_CALL_AT + 1)
 }
 
-/// [`classify_at`] of an SFrame row in known code that
-/// [`crate::formats::sframe::SFrame::quick_row`] gave: the same answer as
-/// for the row `find_row` gives there.
-pub(crate) fn classify_quick_at<C: CodeMap + ?Sized>(code: &C, key: u64, row: QuickRow) -> Answer {
+/// [`classify_at`] of a row in known code that a quick row gave
+/// ([`crate::formats::sframe::SFrame::quick_row`], or for `cfi`
+/// [`crate::formats::cfi::Cfi::quick_row`]): the same answer as for the
+/// row the general lookup gives there.
+#[inline(always)]
+pub(crate) fn classify_quick_at<C: CodeMap + ?Sized>(
+    code: &C,
+    key: u64,
+    row: QuickRow,
+    cfi: bool,
+) -> Answer {
     if code.is_outermost(key) || near_trampoline(code, key) {
         return Answer::SLOW;
     }
-    Answer::from_quick(row, false)
+    Answer::from_quick(row, cfi)
 }

@@ -48,7 +48,7 @@ use gimli::{
 };
 use object::{Object, ObjectSection};
 use stackmark::formats::cfi::{for_each_row, Cfa, Cfi, CfiRow, Registers, Rule};
-use stackmark::formats::sframe::{CfaRule, RegRule, Row};
+use stackmark::formats::sframe::{CfaRule, QuickRow, RegRule, Row};
 
 type Slice<'a> = EndianSlice<'a, LittleEndian>;
 type GRule = RegisterRule<usize>;
@@ -108,6 +108,8 @@ struct Counts {
     untaken: BTreeMap<&'static str, usize>,
     /// Pcs looked up both through the index and by a linear search.
     linear_pcs: usize,
+    /// Pcs whose row `Cfi::quick_row` gives.
+    quick_pcs: usize,
 }
 
 #[test]
@@ -149,6 +151,15 @@ fn every_row_of_real_sections_matches_gimli() {
             c.rows > c.fdes && c.linear_pcs > 5 * c.fdes.min(100),
             "{c:?}"
         );
+        assert!(c.quick_pcs > 0, "{c:?}");
+    }
+    // On x86_64 nearly every row has the quick shape; on AArch64 the rows
+    // before the link register is saved do not.
+    for c in &all[..4] {
+        assert!(c.quick_pcs * 100 > c.pcs * 99, "{c:?}");
+    }
+    for c in &all[4..8] {
+        assert!(c.quick_pcs * 2 > c.pcs, "{c:?}");
     }
     // x86_64 glibc's signal trampoline (__restore_rt) is a signal frame
     // (AArch64's is in the vDSO).
@@ -247,7 +258,8 @@ fn check_file(path: &Path, arch: Arch, oracle: Option<&[u8]>) -> Counts {
     eprintln!(
         "cfi conformance: {label}: {} FDEs ({} empty), {} rows, {} pcs, {} by linear search; \
          the walker takes {} rows, not {} [{}]; {} rows signed, {} with RA undefined, \
-         {} with RA in another column; gimli's empty rows dropped: {}, rows clipped at the FDE's end: {}",
+         {} with RA in another column, {} pcs with a quick row; gimli's empty rows dropped: {}, \
+         rows clipped at the FDE's end: {}",
         counts.fdes,
         counts.empty_fdes,
         counts.rows,
@@ -259,6 +271,7 @@ fn check_file(path: &Path, arch: Arch, oracle: Option<&[u8]>) -> Counts {
         counts.signed_rows,
         counts.ra_undefined_rows,
         counts.other_ra_column_rows,
+        counts.quick_pcs,
         counts.empty_rows,
         counts.clipped_rows,
     );
@@ -428,6 +441,13 @@ fn compare_fde(
             if got != want.map(Some) {
                 return Err(format!("unwind_row({pc:#x}) = {got:?}, want {want:?}"));
             }
+            // The quick row is that row in brief, wherever it has the shape.
+            let quick = cfi.quick_row(pc);
+            let brief = got.ok().flatten().and_then(|r| QuickRow::of(&r));
+            if quick != brief {
+                return Err(format!("quick_row({pc:#x}) = {quick:?}, want {brief:?}"));
+            }
+            counts.quick_pcs += usize::from(quick.is_some());
             if pc == g.start {
                 match got {
                     Ok(_) => counts.taken += 1,

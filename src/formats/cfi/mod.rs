@@ -49,7 +49,7 @@ pub use hdr::EhFrameHdr;
 pub use program::{for_each_row, row_at, Cfa, CfiRow, Rule, MAX_STATE_DEPTH};
 pub use row::{Inexpressible, Registers};
 
-use crate::formats::sframe::Row;
+use crate::formats::sframe::{QuickRow, Row};
 use entry::Head;
 use pointer::Bases;
 
@@ -223,6 +223,50 @@ impl<'a> Cfi<'a> {
         let found = Fde::parse(self.eh_frame, offset, &self.bases())
             .map(|(fde, cie)| fde.contains(pc).then_some((fde, cie)));
         self.walker_row(found, pc)
+    }
+
+    /// [`Cfi::unwind_row`]'s row at `pc` in brief, where the index finds
+    /// the usual FDE (one a 32-bit length frames, not a signal frame's)
+    /// and the row has the shape a [`QuickRow`] covers: what
+    /// [`QuickRow::of`] makes of `unwind_row`'s row there, in one pass,
+    /// without building the walker's [`Row`]. `None` anywhere else,
+    /// including where `unwind_row` finds no FDE or an error.
+    pub fn quick_row(&self, pc: u64) -> Option<QuickRow> {
+        let index = self.index.as_ref()?;
+        let (_, start, fde_addr) = index.search(pc)?;
+        let offset = usize::try_from(fde_addr.wrapping_sub(self.eh_frame_addr)).ok()?;
+        let head = Head::read(self.eh_frame, offset)?;
+        if self.surely_outside(&head, offset, start, pc) {
+            return None;
+        }
+        let r = head.record(self.eh_frame, offset).filter(|r| r.id != 0)?;
+        let bases = self.bases();
+        let (fde, cie) = Fde::parse_record(self.eh_frame, &r, &bases).ok()?;
+        if !fde.contains(pc) || cie.signal_frame || u32::try_from(fde.pc_range).is_err() {
+            return None;
+        }
+        let row = row_at(self.eh_frame, &cie, &fde, self.regs.fp, &bases, pc).ok()??;
+        let off32 = |o: i64| i32::try_from(o).ok();
+        let (cfa_fp, cfa_off) = match row.cfa {
+            Cfa::RegOffset { reg, offset } if reg == self.regs.sp => (false, off32(offset)?),
+            Cfa::RegOffset { reg, offset } if reg == self.regs.fp => (true, off32(offset)?),
+            _ => return None,
+        };
+        let Rule::Offset(ra_off) = row.ra else {
+            return None;
+        };
+        let fp_off = match row.fp {
+            Rule::Unspecified | Rule::SameValue | Rule::Undefined => None,
+            Rule::Offset(o) => Some(off32(o)?),
+            _ => return None,
+        };
+        Some(QuickRow {
+            cfa_fp,
+            cfa_off,
+            ra_off: off32(ra_off)?,
+            fp_off,
+            mangled_ra: row.ra_signed,
+        })
     }
 
     // Inlined, as `find` is, so the lookup's pieces share one frame.

@@ -415,3 +415,56 @@ fn row_at_matches_the_general_machine_on_every_opcode_and_truncation() {
     }
     assert!(checked > 1_000_000);
 }
+
+/// An `.eh_frame_hdr` at 0x1800 indexing `section`'s one FDE.
+fn index_of(data: &[u8]) -> Vec<u8> {
+    let fde_at = u32::from_le_bytes(data[0..4].try_into().unwrap()) as usize + 4;
+    let mut hdr = vec![1, 0x1b, 0x03, 0x3b];
+    hdr.extend_from_slice(&(0x2000i32 - 0x1804).to_le_bytes());
+    hdr.extend_from_slice(&1u32.to_le_bytes());
+    hdr.extend_from_slice(&(0x1000i32 - 0x1800).to_le_bytes());
+    hdr.extend_from_slice(&((0x2000 + fde_at) as i32 - 0x1800).to_le_bytes());
+    hdr
+}
+
+#[test]
+fn the_quick_row_is_the_unwind_rows_brief_wherever_it_has_the_shape() {
+    use crate::formats::sframe::QuickRow;
+    // (augmentation, program, whether some pc has a quick row)
+    let cases: &[(&[u8], &[u8], bool)] = &[
+        // push rbp; mov rbp, rsp; ... pop rbp.
+        (b"", &[0x41, 0x0e, 0x10, 0x86, 2, 0x43, 0x0d, 6, 0x48, 0x0c, 7, 8], true),
+        // remember and restore state, run by the general machine.
+        (b"", &[0x41, 0x0e, 0x10, 0x86, 2, 0x41, 0x0a, 0x0e, 8, 0x41, 0x0b], true),
+        // An offset past 32 bits.
+        (b"", &[0x41, 0x0e, 0x80, 0x80, 0x80, 0x80, 0x10], true),
+        // PAC's toggle (any registers).
+        (b"", &[0x2d, 0x41, 0x2d], true),
+        // A signal frame: never quick, whatever its rows.
+        (b"S", &[0x41, 0x0e, 0x10], false),
+        // The CFA as an expression, the RA as one, rbp as CFA + n, rbp in
+        // another register, the CFA from another register.
+        (b"", &[0x0f, 2, 0x77, 8], false),
+        (b"", &[0x10, 16, 2, 0x77, 8], false),
+        (b"", &[0x41, 0x14, 6, 2], true),
+        (b"", &[0x41, 0x09, 6, 3], true),
+        (b"", &[0x0c, 10, 0], false),
+        // The RA undefined (the outermost frame).
+        (b"", &[0x07, 16], false),
+    ];
+    for &(aug, program, some) in cases {
+        let data = section(aug, &[], program);
+        let hdr = index_of(&data);
+        let cfi = Cfi::new(&hdr, 0x1800, &data, Registers::X86_64).unwrap();
+        let mut quick = 0;
+        for pc in 0xff0..0x1110 {
+            let brief = cfi.unwind_row(pc).ok().flatten().and_then(|r| QuickRow::of(&r));
+            assert_eq!(cfi.quick_row(pc), brief, "{aug:?} {program:x?} at {pc:#x}");
+            quick += usize::from(brief.is_some());
+        }
+        assert_eq!(quick > 0, some, "{aug:?} {program:x?}");
+        // Without an index it answers nothing.
+        let linear = Cfi::without_index(&data, 0x2000, Registers::X86_64);
+        assert_eq!(linear.quick_row(0x1000), None);
+    }
+}
