@@ -2,7 +2,7 @@
 //! is a flags byte, the header's address and length, the header, then
 //! `.eh_frame`. Nothing may panic; rows lie in their FDEs, in order,
 //! without gaps; a row found for a pc holds it and agrees with the FDE's
-//! rows, the walker's row, and a linear search.
+//! rows, the walker's row, its quick row, and a linear search.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

@@ -598,7 +598,7 @@ fn cfi_rows(
 }
 
 /// Looks `pc` up in `cfi`: a row found holds it and lies in its FDE, and
-/// the walker's row agrees with it.
+/// the walker's row (and its quick row, where there is one) agrees with it.
 fn cfi_probe(
     cfi: &stackmark::formats::cfi::Cfi<'_>,
     pc: u64,
@@ -608,6 +608,14 @@ fn cfi_probe(
 )> {
     use stackmark::formats::cfi::Inexpressible;
     let walker = cfi.unwind_row(pc);
+    // A quick row, where there is one, is the walker's row in brief.
+    if let Some(q) = cfi.quick_row(pc) {
+        let brief = walker
+            .ok()
+            .flatten()
+            .and_then(|r| stackmark::formats::sframe::QuickRow::of(&r));
+        assert_eq!(Some(q), brief, "at {pc:#x}");
+    }
     match cfi.find_row(pc) {
         Ok(None) => {
             assert_eq!(walker, Ok(None), "at {pc:#x}");
