@@ -180,14 +180,7 @@ fn malformed_programs_give_errors_not_rows_past_them() {
 #[test]
 fn an_index_finds_the_fde_a_linear_scan_finds_and_rejects_bad_tables() {
     let data = section(&[], &[], &[0x41, 0x0e, 0x10]);
-    let fde_at = u32::from_le_bytes(data[0..4].try_into().unwrap()) as usize + 4;
-    // Header at 0x1800: version 1, eh_frame_ptr pcrel sdata4, count udata4,
-    // table datarel sdata4.
-    let mut hdr = vec![1, 0x1b, 0x03, 0x3b];
-    hdr.extend_from_slice(&(0x2000i32 - 0x1804).to_le_bytes());
-    hdr.extend_from_slice(&1u32.to_le_bytes());
-    hdr.extend_from_slice(&(0x1000i32 - 0x1800).to_le_bytes());
-    hdr.extend_from_slice(&((0x2000 + fde_at) as i32 - 0x1800).to_le_bytes());
+    let hdr = index_of(&data);
     let cfi = Cfi::new(&hdr, 0x1800, &data, Registers::X86_64).unwrap();
     assert_eq!(cfi.eh_frame_addr(), 0x2000);
     assert_eq!(cfi.index().map(|i| i.len()), Some(1));
@@ -416,7 +409,8 @@ fn row_at_matches_the_general_machine_on_every_opcode_and_truncation() {
     assert!(checked > 1_000_000);
 }
 
-/// An `.eh_frame_hdr` at 0x1800 indexing `section`'s one FDE.
+/// An `.eh_frame_hdr` at 0x1800 indexing `section`'s one FDE: version 1,
+/// eh_frame_ptr pcrel sdata4, count udata4, table datarel sdata4.
 fn index_of(data: &[u8]) -> Vec<u8> {
     let fde_at = u32::from_le_bytes(data[0..4].try_into().unwrap()) as usize + 4;
     let mut hdr = vec![1, 0x1b, 0x03, 0x3b];
