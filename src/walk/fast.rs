@@ -140,8 +140,6 @@ fn run_cached<A: Arch, M: MemoryReader, C: CodeMap, const TABLES: bool, const FP
     // one register fewer in a loop that needs all of them.
     let len = out.len();
     let mut slots = out.iter_mut();
-    // The last answer looked up on a miss, by key (`u64::MAX`, `ra - 1`
-    // of no return address but 0, which ends the loop first: none).
     while slots.len() != 0 {
         let (mut cfa, mut caller_pc, mut caller_fp, caller_method);
         match step_for::<TABLES, FP>(here) {
