@@ -393,6 +393,30 @@ mod tests {
         out
     }
 
+    /// A module of one executable segment, `lo..lo + size`.
+    fn code_module(name: &[u8], lo: u64, size: u64) -> Module {
+        let mut m = Module::EMPTY;
+        m.set_name(name);
+        assert!(m.push_segment(Segment {
+            start: lo,
+            size,
+            vaddr: lo,
+            flags: PF_R | PF_X,
+        }));
+        m
+    }
+
+    /// The quick answer at `pc` in `t`, if any, and the general lookup's
+    /// classified answer, which the quick one must equal.
+    fn answers(t: &Table, pc: u64, label: &str) -> (Option<Answer>, Answer) {
+        let general = classify_at(t, pc, &t.lookup_uncached(pc));
+        let quick = t.module_for_code(pc).and_then(|m| t.quick_answer(m, pc));
+        if let Some(q) = quick {
+            assert_eq!(q, general, "{label} at {pc:#x}");
+        }
+        (quick, general)
+    }
+
     /// Wherever the quick answer applies, it is the answer the general
     /// lookup classifies to: at every pc of every recorded section of
     /// version 1 or 2 (and 3, where it never applies), in a table with a
@@ -409,14 +433,7 @@ mod tests {
             let Some((lo, hi)) = sf.pc_range() else {
                 continue;
             };
-            let mut m = Module::EMPTY;
-            m.set_name(b"recorded");
-            assert!(m.push_segment(Segment {
-                start: lo,
-                size: hi - lo,
-                vaddr: lo,
-                flags: PF_R | PF_X,
-            }));
+            let mut m = code_module(b"recorded", lo, hi - lo);
             m.sframe = Some(sf);
             let mut t = Box::new(Table::EMPTY);
             t.push(m);
@@ -431,10 +448,8 @@ mod tests {
             }
             t.finish(0x9_0000_0001);
             for pc in lo..hi {
-                let general = classify_at(&*t, pc, &t.lookup_uncached(pc));
-                let answer = t.module_for_code(pc).and_then(|m| t.quick_answer(m, pc));
+                let (answer, general) = answers(&t, pc, &name);
                 if let Some(q) = answer {
-                    assert_eq!(q, general, "{name} at {pc:#x}");
                     assert!(sf.version() <= 2, "{name} at {pc:#x}");
                     quick += usize::from(q.kind() == AnswerKind::Rule);
                 }
@@ -467,14 +482,7 @@ mod tests {
             let (hdr, hdr_addr, _) = section(".eh_frame_hdr");
             let (eh_frame, _, _) = section(".eh_frame");
             let (_, lo, size) = section(".text");
-            let mut m = Module::EMPTY;
-            m.set_name(b"libc");
-            assert!(m.push_segment(Segment {
-                start: lo,
-                size,
-                vaddr: lo,
-                flags: PF_R | PF_X,
-            }));
+            let mut m = code_module(b"libc", lo, size);
             m.cfi = Some(Cfi::new(hdr, hdr_addr, eh_frame, regs).unwrap());
             let mut t = Box::new(Table::EMPTY);
             t.push(m);
@@ -486,10 +494,8 @@ mod tests {
             let pcs = (lo..lo + size).step_by(5).chain(near(trampoline)).chain(near(entry));
             let (mut quick, mut rules) = (0, 0);
             for pc in pcs {
-                let general = classify_at(&*t, pc, &t.lookup_uncached(pc));
-                let answer = t.module_for_code(pc).and_then(|m| t.quick_answer(m, pc));
+                let (answer, general) = answers(&t, pc, path);
                 if let Some(q) = answer {
-                    assert_eq!(q, general, "{path} at {pc:#x}");
                     quick += usize::from(q.kind() == AnswerKind::Rule);
                 }
                 rules += usize::from(general.kind() == AnswerKind::Rule);
