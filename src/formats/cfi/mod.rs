@@ -246,6 +246,8 @@ impl<'a> Cfi<'a> {
             return None;
         }
         let row = row_at(self.eh_frame, &cie, &fde, self.regs.fp, &bases, pc).ok()??;
+        // `QuickRow::of(&to_row(..)?)`, projected here: through `to_row`'s
+        // `Result` a cold walk 16 deep took 6% more instructions.
         let off32 = |o: i64| i32::try_from(o).ok();
         let (cfa_fp, cfa_off) = match row.cfa {
             Cfa::RegOffset { reg, offset } if reg == self.regs.sp => (false, off32(offset)?),
