@@ -413,7 +413,8 @@ mod tests {
         assert_eq!(unfinished.answer_generation(), 0);
     }
 
-    /// The README states the table's fixed memory; keep it honest.
+    /// `docs/guarantees.md` states the tables' fixed memory (914 KiB);
+    /// keep it under 1 MiB.
     #[test]
     fn the_two_tables_take_the_documented_fixed_memory() {
         let bytes = 2 * core::mem::size_of::<Table>();
