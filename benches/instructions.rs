@@ -27,9 +27,13 @@
 //! address from the stack, finds it in a table of 8,192 16-byte entries
 //! (slotted as the step cache's, two ways) and adds the CFA offset found
 //! there, with no check of any read and no answer to decode; for the
-//! frame-pointer stack, a loop that only follows the links. `libunwind`
-//! is `unw_backtrace` from the same point. `docs/performance.md` sets
-//! them beside the goals.
+//! frame-pointer stack, a loop that only follows the links. For the
+//! SFrame stack it also prints `predicted NS`: the same loop for a walk
+//! that predicts each caller (every entry names the slot of the entry its
+//! caller had, so the return address read from the stack only confirms
+//! it, and a miss looks it up), the floor of any walk that reads each
+//! frame's return address. `libunwind` is `unw_backtrace` from the same
+//! point. `docs/performance.md` sets them beside the goals.
 
 #[cfg(target_os = "linux")]
 mod bench {
@@ -144,6 +148,40 @@ mod floor {
         out.len()
     }
 
+    /// As [`table_chain`], for a walk that predicts each caller: every
+    /// entry also names the slot of the entry its caller had last time, so
+    /// the next entry's load waits only for this one's, and the return
+    /// address read from the stack only confirms the prediction.
+    #[inline(never)]
+    fn predicted_chain(
+        table: &[[u64; 3]; ENTRIES],
+        mut slot: usize,
+        mut sp: u64,
+        out: &mut [u64],
+    ) -> usize {
+        for (i, o) in out.iter_mut().enumerate() {
+            let e = table[slot & (ENTRIES - 1)];
+            *o = e[0];
+            sp = sp.wrapping_add(e[1]);
+            slot = e[2] as usize;
+            // SAFETY: as in `table_chain`.
+            let ra = unsafe { ((sp - 8) as *const u64).read() };
+            if table[slot & (ENTRIES - 1)][0] != ra {
+                // Mispredicted (a function with more than one caller on
+                // the stack): look the return address up.
+                let home = (ra >> 2) as usize & (ENTRIES - 1);
+                slot = [home, (home + 1) & (ENTRIES - 1)]
+                    .into_iter()
+                    .find(|&k| table[k][0] == ra)
+                    .unwrap_or(usize::MAX);
+                if slot == usize::MAX {
+                    return i + 1;
+                }
+            }
+        }
+        out.len()
+    }
+
     /// Follows the frame records from `fp` while they go up the stack and
     /// stay below `top`, writing each return address.
     #[inline(never)]
@@ -227,6 +265,49 @@ mod floor {
             let t = std::time::Instant::now();
             for _ in 0..50 {
                 std::hint::black_box(walk(std::hint::black_box(&mut out[..k])));
+            }
+            best = best.min(t.elapsed().as_nanos() as f64 / 50.0 / k as f64);
+        }
+        if chain == Chain::Sframe {
+            println!("predicted {:.2}", predicted(&table, frames, &mut out));
+        }
+        best
+    }
+
+    /// [`predicted_chain`]'s fastest batch, as [`best`]'s.
+    fn predicted(table: &[[u64; 2]; ENTRIES], frames: &[Frame], out: &mut [u64]) -> f64 {
+        // The last frame's caller has no entry: a slot that matches no pc.
+        let empty = (0..ENTRIES).find(|&k| table[k][0] == 0).unwrap();
+        let slot_of = |pc: u64| {
+            let home = (pc >> 2) as usize & (ENTRIES - 1);
+            [home, (home + 1) & (ENTRIES - 1)]
+                .into_iter()
+                .find(|&k| table[k][0] == pc)
+                .unwrap_or(empty)
+        };
+        let mut t3 = Box::new([[0u64; 3]; ENTRIES]);
+        for (k, e) in table.iter().enumerate() {
+            t3[k] = [e[0], e[1], 0];
+        }
+        for w in frames.windows(2) {
+            t3[slot_of(w[0].pc)][2] = slot_of(w[1].pc) as u64;
+        }
+        let n = frames.len();
+        let first = slot_of(frames[0].pc);
+        let k = predicted_chain(&t3, first, frames[0].sp, &mut out[..n]);
+        let found: Vec<u64> = frames.iter().map(|f| f.pc).collect();
+        assert_eq!(&out[..k], &found[..k]);
+        assert!(k + 1 >= n, "{k} of {n}");
+        let mut best = f64::MAX;
+        for _ in 0..400 {
+            let t = std::time::Instant::now();
+            for _ in 0..50 {
+                std::hint::black_box(predicted_chain(
+                    &t3,
+                    first,
+                    frames[0].sp,
+                    std::hint::black_box(&mut out[..k]),
+                ));
             }
             best = best.min(t.elapsed().as_nanos() as f64 / 50.0 / k as f64);
         }
