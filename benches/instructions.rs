@@ -28,12 +28,13 @@
 //! (slotted as the step cache's, two ways) and adds the CFA offset found
 //! there, with no check of any read and no answer to decode; for the
 //! frame-pointer stack, a loop that only follows the links. For the
-//! SFrame stack it also prints `predicted NS`: the same loop for a walk
-//! that predicts each caller (every entry names the slot of the entry its
-//! caller had, so the return address read from the stack only confirms
-//! it, and a miss looks it up), the floor of any walk that reads each
-//! frame's return address. `libunwind` is `unw_backtrace` from the same
-//! point. `docs/performance.md` sets them beside the goals.
+//! SFrame stack it also prints `predicted NS` and `predicted-in-order NS`:
+//! the same loop for a walk that predicts each caller (every entry names
+//! the entry its caller had, so the return address read from the stack
+//! only confirms it, and a miss looks it up), with the entries in the step
+//! cache's slots, and side by side in the order the walk meets them.
+//! `libunwind` is `unw_backtrace` from the same point.
+//! `docs/performance.md` sets them beside the goals.
 
 #[cfg(target_os = "linux")]
 mod bench {
@@ -149,33 +150,30 @@ mod floor {
     }
 
     /// As [`table_chain`], for a walk that predicts each caller: every
-    /// entry also names the slot of the entry its caller had last time, so
-    /// the next entry's load waits only for this one's, and the return
-    /// address read from the stack only confirms the prediction.
+    /// entry (pc, step to the caller's sp, the caller's entry last time)
+    /// names the entry its caller had, so the next entry's load waits only
+    /// for this one's, and the return address read from the stack only
+    /// confirms the prediction; a miss (a function with more than one
+    /// caller on the stack) looks the return address up with `find`.
     #[inline(never)]
     fn predicted_chain(
-        table: &[[u64; 3]; ENTRIES],
-        mut slot: usize,
+        entries: &[[u64; 3]; ENTRIES],
+        find: impl Fn(u64) -> Option<usize>,
+        mut at: usize,
         mut sp: u64,
         out: &mut [u64],
     ) -> usize {
         for (i, o) in out.iter_mut().enumerate() {
-            let e = table[slot & (ENTRIES - 1)];
+            let e = entries[at & (ENTRIES - 1)];
             *o = e[0];
             sp = sp.wrapping_add(e[1]);
-            slot = e[2] as usize;
+            at = e[2] as usize;
             // SAFETY: as in `table_chain`.
             let ra = unsafe { ((sp - 8) as *const u64).read() };
-            if table[slot & (ENTRIES - 1)][0] != ra {
-                // Mispredicted (a function with more than one caller on
-                // the stack): look the return address up.
-                let home = (ra >> 2) as usize & (ENTRIES - 1);
-                slot = [home, (home + 1) & (ENTRIES - 1)]
-                    .into_iter()
-                    .find(|&k| table[k][0] == ra)
-                    .unwrap_or(usize::MAX);
-                if slot == usize::MAX {
-                    return i + 1;
+            if entries[at & (ENTRIES - 1)][0] != ra {
+                match find(ra) {
+                    Some(k) => at = k,
+                    None => return i + 1,
                 }
             }
         }
@@ -269,49 +267,85 @@ mod floor {
             best = best.min(t.elapsed().as_nanos() as f64 / 50.0 / k as f64);
         }
         if chain == Chain::Sframe {
-            println!("predicted {:.2}", predicted(&table, frames, &mut out));
+            let (slotted, in_order) = predicted(&table, frames, &mut out);
+            println!("predicted {slotted:.2}");
+            println!("predicted-in-order {in_order:.2}");
         }
         best
     }
 
-    /// [`predicted_chain`]'s fastest batch, as [`best`]'s.
-    fn predicted(table: &[[u64; 2]; ENTRIES], frames: &[Frame], out: &mut [u64]) -> f64 {
-        // The last frame's caller has no entry: a slot that matches no pc.
-        let empty = (0..ENTRIES).find(|&k| table[k][0] == 0).unwrap();
+    /// [`predicted_chain`]'s fastest batch, as [`best`]'s, with each pc's
+    /// entry in the slot `table` has it in, and with the entries side by
+    /// side in the order the walk first meets their pcs (as an allocator
+    /// handing each new pc the next entry would leave them; a two-way
+    /// index by return address finds them on a miss).
+    fn predicted(table: &[[u64; 2]; ENTRIES], frames: &[Frame], out: &mut [u64]) -> (f64, f64) {
+        let n = frames.len();
+        let found: Vec<u64> = frames.iter().map(|f| f.pc).collect();
+        let home = |pc: u64| (pc >> 2) as usize & (ENTRIES - 1);
         let slot_of = |pc: u64| {
-            let home = (pc >> 2) as usize & (ENTRIES - 1);
-            [home, (home + 1) & (ENTRIES - 1)]
+            [home(pc), (home(pc) + 1) & (ENTRIES - 1)]
                 .into_iter()
                 .find(|&k| table[k][0] == pc)
-                .unwrap_or(empty)
         };
-        let mut t3 = Box::new([[0u64; 3]; ENTRIES]);
+        // Entries by slot; the last frame's caller, which has none, is
+        // predicted to be in a slot that matches no pc.
+        let empty = (0..ENTRIES).find(|&k| table[k][0] == 0).unwrap();
+        let mut slotted = Box::new([[0u64; 3]; ENTRIES]);
         for (k, e) in table.iter().enumerate() {
-            t3[k] = [e[0], e[1], 0];
+            slotted[k] = [e[0], e[1], 0];
         }
         for w in frames.windows(2) {
-            t3[slot_of(w[0].pc)][2] = slot_of(w[1].pc) as u64;
+            slotted[slot_of(w[0].pc).unwrap()][2] = slot_of(w[1].pc).unwrap_or(empty) as u64;
         }
-        let n = frames.len();
-        let first = slot_of(frames[0].pc);
-        let k = predicted_chain(&t3, first, frames[0].sp, &mut out[..n]);
-        let found: Vec<u64> = frames.iter().map(|f| f.pc).collect();
-        assert_eq!(&out[..k], &found[..k]);
-        assert!(k + 1 >= n, "{k} of {n}");
-        let mut best = f64::MAX;
-        for _ in 0..400 {
-            let t = std::time::Instant::now();
-            for _ in 0..50 {
-                std::hint::black_box(predicted_chain(
-                    &t3,
-                    first,
-                    frames[0].sp,
-                    std::hint::black_box(&mut out[..k]),
-                ));
+        // Entries in the order met, and the index a miss searches.
+        let mut in_order = Box::new([[0u64; 3]; ENTRIES]);
+        let mut index = Box::new([[0u64; 2]; ENTRIES]);
+        let mut met: Vec<u64> = Vec::new();
+        for f in &frames[..n - 1] {
+            if !met.contains(&f.pc) {
+                met.push(f.pc);
             }
-            best = best.min(t.elapsed().as_nanos() as f64 / 50.0 / k as f64);
         }
-        best
+        let order_of = |pc: u64| met.iter().position(|&p| p == pc);
+        for (k, &pc) in met.iter().enumerate() {
+            let w = frames.windows(2).find(|w| w[0].pc == pc).unwrap();
+            let next = order_of(w[1].pc).unwrap_or(met.len());
+            in_order[k] = [pc, w[1].sp - w[0].sp, next as u64];
+            let free = [home(pc), (home(pc) + 1) & (ENTRIES - 1)]
+                .into_iter()
+                .find(|&s| index[s][0] == 0)
+                .expect("three pcs of the stack share two entries");
+            index[free] = [pc, k as u64];
+        }
+        let find_slotted = |ra: u64| slot_of(ra);
+        let find_in_order = |ra: u64| {
+            [home(ra), (home(ra) + 1) & (ENTRIES - 1)]
+                .into_iter()
+                .find(|&s| index[s][0] == ra)
+                .map(|s| index[s][1] as usize)
+        };
+        let mut time = |entries: &[[u64; 3]; ENTRIES],
+                        find: &dyn Fn(u64) -> Option<usize>,
+                        first| {
+            let k = predicted_chain(entries, find, first, frames[0].sp, &mut out[..n]);
+            assert!(k + 1 >= n && out[..k] == found[..k], "{k} of {n}");
+            let mut best = f64::MAX;
+            for _ in 0..400 {
+                let t = std::time::Instant::now();
+                for _ in 0..50 {
+                    let out = std::hint::black_box(&mut out[..k]);
+                    std::hint::black_box(predicted_chain(entries, find, first, frames[0].sp, out));
+                }
+                best = best.min(t.elapsed().as_nanos() as f64 / 50.0 / k as f64);
+            }
+            best
+        };
+        let first = slot_of(frames[0].pc).unwrap();
+        (
+            time(&slotted, &find_slotted, first),
+            time(&in_order, &find_in_order, 0),
+        )
     }
 }
 
