@@ -32,7 +32,9 @@
 //! the same loop for a walk that predicts each caller (every entry names
 //! the entry its caller had, so the return address read from the stack
 //! only confirms it, and a miss looks it up), with the entries in the step
-//! cache's slots, and side by side in the order the walk meets them.
+//! cache's slots, and side by side in the order the walk meets them; and
+//! `checked-predicting NS` and `checked-looking-up NS`: the in-order loop
+//! with a real step's checks and output, predicting or not.
 //! `libunwind` is `unw_backtrace` from the same point.
 //! `docs/performance.md` sets them beside the goals.
 
@@ -180,6 +182,84 @@ mod floor {
         out.len()
     }
 
+    /// An entry of [`checked_chain`]'s store: a sequence word (the
+    /// store's generation, as the step cache keeps one), the pc, the
+    /// packed answer (bit 0: the CFA from fp; bit 1: the frame pointer
+    /// saved; bits 8-23 the RA's offset from the CFA, 24-39 the FP's,
+    /// 40-63 the RA's from the CFA's base) and the entry the caller had.
+    #[derive(Clone, Copy, Default)]
+    #[repr(C)]
+    struct Entry {
+        seq: u64,
+        pc: u64,
+        answer: u64,
+        next: u64,
+    }
+
+    /// [`predicted_chain`] over entries in the order met, with the checks
+    /// and output of a real step: each read within the stack's bounds, the
+    /// entry's sequence word matched with the store's generation, the
+    /// answer decoded (CFA from sp or fp, the frame pointer restored where
+    /// saved), a return address of 0 or a CFA at or below sp ending the
+    /// walk, and each frame written whole. Without `PREDICT`, every caller
+    /// is looked up (two dependent loads: the index, then the entry).
+    #[inline(never)]
+    fn checked_chain<const PREDICT: bool>(
+        entries: &[Entry; ENTRIES],
+        find: impl Fn(u64) -> Option<usize>,
+        generation: u64,
+        (lo, len): (u64, u64),
+        (mut at, mut sp, mut fp): (usize, u64, u64),
+        out: &mut [Frame],
+    ) -> usize {
+        let read = |addr: u64| -> Option<u64> {
+            if addr.wrapping_sub(lo) > len - 8 {
+                return None;
+            }
+            // SAFETY: the bounds are the walk's frames give or take 4 KiB,
+            // on this thread's stack: below them the frames of this call,
+            // above the outermost one the process's arguments.
+            Some(unsafe { (addr as *const u64).read() })
+        };
+        let len_out = out.len();
+        let mut slots = out.iter_mut();
+        for slot in slots.by_ref() {
+            let e = &entries[at & (ENTRIES - 1)];
+            let (pc, a, next) = (e.pc, e.answer, e.next as usize);
+            if e.seq != generation {
+                return 0;
+            }
+            let base = if a & 1 != 0 { fp } else { sp };
+            let ra_at = base.wrapping_add(((a as i64) >> 40) as u64);
+            let Some(ra) = read(ra_at) else { break };
+            let cfa = ra_at.wrapping_sub((a >> 8) as u16 as i16 as i64 as u64);
+            if a & 2 != 0 {
+                let Some(v) = read(cfa.wrapping_add((a >> 24) as u16 as i16 as i64 as u64)) else {
+                    break;
+                };
+                fp = v;
+            }
+            *slot = Frame {
+                pc,
+                sp,
+                pc_kind: stackmark::PcKind::ReturnAddress,
+                method: stackmark::Method::SFrame,
+            };
+            if ra == 0 || cfa <= sp {
+                break;
+            }
+            sp = cfa;
+            at = next;
+            if !PREDICT || entries[at & (ENTRIES - 1)].pc != ra {
+                match find(ra) {
+                    Some(k) => at = k,
+                    None => break,
+                }
+            }
+        }
+        len_out - slots.len()
+    }
+
     /// Follows the frame records from `fp` while they go up the stack and
     /// stay below `top`, writing each return address.
     #[inline(never)]
@@ -267,9 +347,11 @@ mod floor {
             best = best.min(t.elapsed().as_nanos() as f64 / 50.0 / k as f64);
         }
         if chain == Chain::Sframe {
-            let (slotted, in_order) = predicted(&table, frames, &mut out);
+            let [slotted, in_order, checked, looking_up] = predicted(&table, frames, &mut out);
             println!("predicted {slotted:.2}");
             println!("predicted-in-order {in_order:.2}");
+            println!("checked-predicting {checked:.2}");
+            println!("checked-looking-up {looking_up:.2}");
         }
         best
     }
@@ -279,7 +361,7 @@ mod floor {
     /// side in the order the walk first meets their pcs (as an allocator
     /// handing each new pc the next entry would leave them; a two-way
     /// index by return address finds them on a miss).
-    fn predicted(table: &[[u64; 2]; ENTRIES], frames: &[Frame], out: &mut [u64]) -> (f64, f64) {
+    fn predicted(table: &[[u64; 2]; ENTRIES], frames: &[Frame], out: &mut [u64]) -> [f64; 4] {
         let n = frames.len();
         let found: Vec<u64> = frames.iter().map(|f| f.pc).collect();
         let home = |pc: u64| (pc >> 2) as usize & (ENTRIES - 1);
@@ -342,10 +424,46 @@ mod floor {
             best
         };
         let first = slot_of(frames[0].pc).unwrap();
-        (
-            time(&slotted, &find_slotted, first),
-            time(&in_order, &find_in_order, 0),
-        )
+        let slotted = time(&slotted, &find_slotted, first);
+        let unchecked = time(&in_order, &find_in_order, 0);
+        // The checked loop's entries: the same, with a sequence word and
+        // the rule packed as an answer (CFA = sp + step, RA at CFA - 8).
+        let generation = 0x5eed_0002;
+        let mut checked = Box::new([Entry::default(); ENTRIES]);
+        for (k, e) in in_order.iter().enumerate().take(met.len()) {
+            let ra_from_base = (e[1] as i64 - 8) as u64;
+            checked[k] = Entry {
+                seq: generation,
+                pc: e[0],
+                answer: (ra_from_base << 40) | ((-8i16 as u16 as u64) << 8),
+                next: e[2],
+            };
+        }
+        let lo = frames[0].sp - 4096;
+        let bounds = (lo, frames[n - 1].sp + 4096 - lo);
+        let start = (0, frames[0].sp, 0);
+        let mut fr = [Frame::default(); 512];
+        let mut time_checked = |chain: &dyn Fn(&mut [Frame]) -> usize| {
+            let k = chain(&mut fr[..n]);
+            assert!(k + 1 >= n && fr[..k].iter().zip(&found).all(|(f, p)| f.pc == *p));
+            let mut best = f64::MAX;
+            for _ in 0..400 {
+                let t = std::time::Instant::now();
+                for _ in 0..50 {
+                    std::hint::black_box(chain(std::hint::black_box(&mut fr[..k])));
+                }
+                best = best.min(t.elapsed().as_nanos() as f64 / 50.0 / k as f64);
+            }
+            best
+        };
+        let find = &find_in_order;
+        let predicting = time_checked(&|out| {
+            checked_chain::<true>(&checked, find, generation, bounds, start, out)
+        });
+        let looking_up = time_checked(&|out| {
+            checked_chain::<false>(&checked, find, generation, bounds, start, out)
+        });
+        [slotted, unchecked, predicting, looking_up]
     }
 }
 
