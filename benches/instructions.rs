@@ -282,6 +282,20 @@ mod floor {
         fn unw_backtrace(buffer: *mut *mut std::ffi::c_void, size: i32) -> i32;
     }
 
+    /// The fastest of 400 batches of 50 calls of `walk`, in ns for each of
+    /// its `frames` frames.
+    fn fastest(frames: usize, mut walk: impl FnMut()) -> f64 {
+        let mut best = f64::MAX;
+        for _ in 0..400 {
+            let t = std::time::Instant::now();
+            for _ in 0..50 {
+                walk();
+            }
+            best = best.min(t.elapsed().as_nanos() as f64 / 50.0 / frames as f64);
+        }
+        best
+    }
+
     /// The fastest of 400 batches of 50 walks of libunwind's
     /// `unw_backtrace` from here, in ns a frame, after checking that it
     /// finds the `n` frames the walk found (or one more: its own).
@@ -294,15 +308,9 @@ mod floor {
             k == n || k == n + 1,
             "libunwind found {k} frames, the walk {n}"
         );
-        let mut best = f64::MAX;
-        for _ in 0..400 {
-            let t = std::time::Instant::now();
-            for _ in 0..50 {
-                std::hint::black_box(walk());
-            }
-            best = best.min(t.elapsed().as_nanos() as f64 / 50.0 / k as f64);
-        }
-        best
+        fastest(k, || {
+            std::hint::black_box(walk());
+        })
     }
 
     /// The fastest of 400 batches of 50 floor walks over the frames
@@ -338,14 +346,9 @@ mod floor {
             Chain::Sframe => assert_eq!(&out[..k], &found[..]),
             _ => assert!(k + 4 >= n && out[..k] == found[1..=k]),
         }
-        let mut best = f64::MAX;
-        for _ in 0..400 {
-            let t = std::time::Instant::now();
-            for _ in 0..50 {
-                std::hint::black_box(walk(std::hint::black_box(&mut out[..k])));
-            }
-            best = best.min(t.elapsed().as_nanos() as f64 / 50.0 / k as f64);
-        }
+        let best = fastest(k, || {
+            std::hint::black_box(walk(std::hint::black_box(&mut out[..k])));
+        });
         if chain == Chain::Sframe {
             let [slotted, in_order, checked, looking_up] = predicted(&table, frames, &mut out);
             println!("predicted {slotted:.2}");
@@ -407,22 +410,15 @@ mod floor {
                 .find(|&s| index[s][0] == ra)
                 .map(|s| index[s][1] as usize)
         };
-        let mut time = |entries: &[[u64; 3]; ENTRIES],
-                        find: &dyn Fn(u64) -> Option<usize>,
-                        first| {
-            let k = predicted_chain(entries, find, first, frames[0].sp, &mut out[..n]);
-            assert!(k + 1 >= n && out[..k] == found[..k], "{k} of {n}");
-            let mut best = f64::MAX;
-            for _ in 0..400 {
-                let t = std::time::Instant::now();
-                for _ in 0..50 {
+        let mut time =
+            |entries: &[[u64; 3]; ENTRIES], find: &dyn Fn(u64) -> Option<usize>, first| {
+                let k = predicted_chain(entries, find, first, frames[0].sp, &mut out[..n]);
+                assert!(k + 1 >= n && out[..k] == found[..k], "{k} of {n}");
+                fastest(k, || {
                     let out = std::hint::black_box(&mut out[..k]);
                     std::hint::black_box(predicted_chain(entries, find, first, frames[0].sp, out));
-                }
-                best = best.min(t.elapsed().as_nanos() as f64 / 50.0 / k as f64);
-            }
-            best
-        };
+                })
+            };
         let first = slot_of(frames[0].pc).unwrap();
         let slotted = time(&slotted, &find_slotted, first);
         let unchecked = time(&in_order, &find_in_order, 0);
@@ -446,15 +442,9 @@ mod floor {
         let mut time_checked = |chain: &dyn Fn(&mut [Frame]) -> usize| {
             let k = chain(&mut fr[..n]);
             assert!(k + 1 >= n && fr[..k].iter().zip(&found).all(|(f, p)| f.pc == *p));
-            let mut best = f64::MAX;
-            for _ in 0..400 {
-                let t = std::time::Instant::now();
-                for _ in 0..50 {
-                    std::hint::black_box(chain(std::hint::black_box(&mut fr[..k])));
-                }
-                best = best.min(t.elapsed().as_nanos() as f64 / 50.0 / k as f64);
-            }
-            best
+            fastest(k, || {
+                std::hint::black_box(chain(std::hint::black_box(&mut fr[..k])));
+            })
         };
         let find = &find_in_order;
         let predicting = time_checked(&|out| {
