@@ -136,27 +136,40 @@ impl<'a> Cfi<'a> {
         let bases = self.bases();
         match &self.index {
             Some(index) => {
-                let Some((entry, start, fde_addr)) = index.search(pc) else {
-                    return Ok(None);
-                };
-                let offset = usize::try_from(fde_addr.wrapping_sub(self.eh_frame_addr))
-                    .ok()
-                    .filter(|&o| o < self.eh_frame.len())
-                    .ok_or(Error::IndexOutOfBounds { entry })?;
-                // Most pcs an index finds no FDE for lie in code without
-                // CFI after some function with it: tell those without
-                // parsing the CIE.
-                let head = Head::read(self.eh_frame, offset);
-                if head.is_some_and(|h| self.surely_outside(&h, offset, start, pc)) {
-                    return Ok(None);
-                }
-                let found = match head.and_then(|h| h.record(self.eh_frame, offset)) {
-                    Some(r) if r.id != 0 => Fde::parse_record(self.eh_frame, &r, &bases)?,
-                    _ => Fde::parse(self.eh_frame, offset, &bases)?,
+                let found = match self.indexed(index, pc) {
+                    Indexed::Outside => return Ok(None),
+                    Indexed::OutOfBounds(entry) => return Err(Error::IndexOutOfBounds { entry }),
+                    Indexed::Usual(r) => Fde::parse_record(self.eh_frame, &r, &bases)?,
+                    Indexed::Other(offset) => Fde::parse(self.eh_frame, offset, &bases)?,
                 };
                 Ok(found.0.contains(pc).then_some(found))
             }
             None => self.scan(pc, &bases),
+        }
+    }
+
+    /// The record of the FDE the index gives for `pc`, read as far as
+    /// both [`Cfi::find`] and [`Cfi::quick_row`] need it.
+    #[inline(always)]
+    fn indexed(&self, index: &EhFrameHdr<'_>, pc: u64) -> Indexed {
+        let Some((entry, start, fde_addr)) = index.search(pc) else {
+            return Indexed::Outside;
+        };
+        let Some(offset) = usize::try_from(fde_addr.wrapping_sub(self.eh_frame_addr))
+            .ok()
+            .filter(|&o| o < self.eh_frame.len())
+        else {
+            return Indexed::OutOfBounds(entry);
+        };
+        // Most pcs an index finds no FDE for lie in code without CFI after
+        // some function with it: tell those without parsing the CIE.
+        let head = Head::read(self.eh_frame, offset);
+        if head.is_some_and(|h| self.surely_outside(&h, offset, start, pc)) {
+            return Indexed::Outside;
+        }
+        match head.and_then(|h| h.record(self.eh_frame, offset)) {
+            Some(r) if r.id != 0 => Indexed::Usual(r),
+            _ => Indexed::Other(offset),
         }
     }
 
@@ -232,14 +245,9 @@ impl<'a> Cfi<'a> {
     /// without building the walker's [`Row`]. `None` anywhere else,
     /// including where `unwind_row` finds no FDE or an error.
     pub fn quick_row(&self, pc: u64) -> Option<QuickRow> {
-        let index = self.index.as_ref()?;
-        let (_, start, fde_addr) = index.search(pc)?;
-        let offset = usize::try_from(fde_addr.wrapping_sub(self.eh_frame_addr)).ok()?;
-        let head = Head::read(self.eh_frame, offset)?;
-        if self.surely_outside(&head, offset, start, pc) {
+        let Indexed::Usual(r) = self.indexed(self.index.as_ref()?, pc) else {
             return None;
-        }
-        let r = head.record(self.eh_frame, offset).filter(|r| r.id != 0)?;
+        };
         let bases = self.bases();
         let (fde, cie) = Fde::parse_record(self.eh_frame, &r, &bases).ok()?;
         if !fde.contains(pc) || cie.signal_frame || u32::try_from(fde.pc_range).is_err() {
@@ -288,6 +296,19 @@ impl<'a> Cfi<'a> {
             None => Ok(None),
         }
     }
+}
+
+/// What an index lookup found for a pc ([`Cfi::indexed`]).
+enum Indexed {
+    /// No FDE covers the pc: none is indexed at or below it, or the one
+    /// that is surely ends before it.
+    Outside,
+    /// Entry `.0`'s FDE address lies outside `.eh_frame`.
+    OutOfBounds(usize),
+    /// The FDE's record, framed by a 32-bit length.
+    Usual(entry::Record),
+    /// Something else at this offset, for the general parse to judge.
+    Other(usize),
 }
 
 /// How many bytes of `data` (starting at an `.eh_frame`) its records take,
