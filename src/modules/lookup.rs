@@ -6,7 +6,17 @@ use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use super::table::ENTRY_SPAN;
 use super::{Module, Table};
 use crate::walk::answer::Answer;
-use crate::walk::{CodeMap, Lookup};
+use crate::walk::{CodeMap, Lookup, Row};
+
+/// What [`Table::quick_answer`] found for a pc.
+enum Quick {
+    /// Its answer, from a quick row.
+    Answer(Answer),
+    /// The SFrame row the general lookup gives there, to classify.
+    Row(Row),
+    /// Nothing: the general lookup decides.
+    General,
+}
 
 impl Table {
     /// A miss of the hot path's cache: classify, then remember.
@@ -18,9 +28,10 @@ impl Table {
         // caches it itself. A cold walk's first sight of each pc then pays
         // for one cache, not two.
         let module = self.module_for_code(key);
-        let hot = match module.and_then(|m| self.quick_answer(m, key)) {
-            Some(hot) => hot,
-            None => crate::walk::classify_at(self, key, &self.lookup_in(module, key)),
+        let hot = match module.map_or(Quick::General, |m| self.quick_answer(m, key)) {
+            Quick::Answer(hot) => hot,
+            Quick::Row(row) => crate::walk::classify_at(self, key, &Lookup::SFrame(row)),
+            Quick::General => crate::walk::classify_at(self, key, &self.lookup_in(module, key)),
         };
         crate::cache::step::put(key, self.cache_gen, hot);
         hot
@@ -32,23 +43,33 @@ impl Table {
     /// neither SFrame nor compact unwind covers the pc, DWARF CFI's
     /// [`quick_row`](crate::formats::cfi::Cfi::quick_row)): the answer the
     /// general lookup classifies to, in fewer instructions
-    /// (`docs/performance.md`). `None` elsewhere.
+    /// (`docs/performance.md`). Where SFrame covers the pc without a quick
+    /// row, the row the general lookup would search for again; elsewhere
+    /// nothing.
     #[inline(always)]
-    fn quick_answer(&self, m: &Module, key: u64) -> Option<Answer> {
+    fn quick_answer(&self, m: &Module, key: u64) -> Quick {
         if let Some(sframe) = &m.sframe {
             if let Some(row) = sframe.quick_row(key) {
-                return Some(crate::walk::classify_quick_at(self, key, row, false));
+                return Quick::Answer(crate::walk::classify_quick_at(self, key, row, false));
             }
-            if sframe.find_row(key).is_some() {
-                return None;
+            if let Some(row) = sframe.find_row(key) {
+                // The entry function's row is the outermost one, which the
+                // general lookup gives before any table's.
+                if self.is_entry_function(key) {
+                    return Quick::General;
+                }
+                return Quick::Row(row);
             }
         }
-        // The entry function's row is the outermost one, found without CFI.
+        // As above; and the CFI is asked only where neither SFrame nor
+        // compact unwind covers the pc.
         if m.compact.is_some() || self.is_entry_function(key) {
-            return None;
+            return Quick::General;
         }
-        let row = m.cfi.as_ref()?.quick_row(key)?;
-        Some(crate::walk::classify_quick_at(self, key, row, true))
+        match m.cfi.as_ref().and_then(|cfi| cfi.quick_row(key)) {
+            Some(row) => Quick::Answer(crate::walk::classify_quick_at(self, key, row, true)),
+            None => Quick::General,
+        }
     }
 
     /// The lookup itself, without the cache.
@@ -410,7 +431,15 @@ mod tests {
     /// classified answer, which the quick one must equal.
     fn answers(t: &Table, pc: u64, label: &str) -> (Option<Answer>, Answer) {
         let general = classify_at(t, pc, &t.lookup_uncached(pc));
-        let quick = t.module_for_code(pc).and_then(|m| t.quick_answer(m, pc));
+        let quick = match t.module_for_code(pc).map(|m| t.quick_answer(m, pc)) {
+            Some(Quick::Answer(q)) => Some(q),
+            Some(Quick::Row(row)) => {
+                let found = classify_at(t, pc, &Lookup::SFrame(row));
+                assert_eq!(found, general, "{label} at {pc:#x}: the row found on the way");
+                None
+            }
+            _ => None,
+        };
         if let Some(q) = quick {
             assert_eq!(q, general, "{label} at {pc:#x}");
         }
