@@ -151,6 +151,16 @@ mod floor {
         out.len()
     }
 
+    /// The first of return address `pc`'s two slots, as the step cache
+    /// has them (its home, `pc / 4` modulo the entries, then the next one),
+    /// where `hit` holds.
+    fn way(pc: u64, hit: impl Fn(usize) -> bool) -> Option<usize> {
+        let home = (pc >> 2) as usize & (ENTRIES - 1);
+        [home, (home + 1) & (ENTRIES - 1)]
+            .into_iter()
+            .find(|&k| hit(k))
+    }
+
     /// As [`table_chain`], for a walk that predicts each caller: every
     /// entry (pc, step to the caller's sp, the caller's entry last time)
     /// names the entry its caller had, so the next entry's load waits only
@@ -324,10 +334,7 @@ mod floor {
             // frames between the C ones share a pc, and so a step).
             for w in frames.windows(2) {
                 let step = [w[0].pc, w[1].sp - w[0].sp];
-                let home = (w[0].pc >> 2) as usize & (ENTRIES - 1);
-                let free = [home, (home + 1) & (ENTRIES - 1)]
-                    .into_iter()
-                    .find(|&k| table[k][0] == 0 || table[k] == step)
+                let free = way(w[0].pc, |k| table[k][0] == 0 || table[k] == step)
                     .expect("three pcs of the stack share two entries");
                 table[free] = step;
             }
@@ -367,12 +374,7 @@ mod floor {
     fn predicted(table: &[[u64; 2]; ENTRIES], frames: &[Frame], out: &mut [u64]) -> [f64; 4] {
         let n = frames.len();
         let found: Vec<u64> = frames.iter().map(|f| f.pc).collect();
-        let home = |pc: u64| (pc >> 2) as usize & (ENTRIES - 1);
-        let slot_of = |pc: u64| {
-            [home(pc), (home(pc) + 1) & (ENTRIES - 1)]
-                .into_iter()
-                .find(|&k| table[k][0] == pc)
-        };
+        let slot_of = |pc: u64| way(pc, |k| table[k][0] == pc);
         // Entries by slot; the last frame's caller, which has none, is
         // predicted to be in a slot that matches no pc.
         let empty = (0..ENTRIES).find(|&k| table[k][0] == 0).unwrap();
@@ -397,19 +399,11 @@ mod floor {
             let w = frames.windows(2).find(|w| w[0].pc == pc).unwrap();
             let next = order_of(w[1].pc).unwrap_or(met.len());
             in_order[k] = [pc, w[1].sp - w[0].sp, next as u64];
-            let free = [home(pc), (home(pc) + 1) & (ENTRIES - 1)]
-                .into_iter()
-                .find(|&s| index[s][0] == 0)
-                .expect("three pcs of the stack share two entries");
+            let free =
+                way(pc, |s| index[s][0] == 0).expect("three pcs of the stack share two entries");
             index[free] = [pc, k as u64];
         }
-        let find_slotted = |ra: u64| slot_of(ra);
-        let find_in_order = |ra: u64| {
-            [home(ra), (home(ra) + 1) & (ENTRIES - 1)]
-                .into_iter()
-                .find(|&s| index[s][0] == ra)
-                .map(|s| index[s][1] as usize)
-        };
+        let find_in_order = |ra: u64| way(ra, |s| index[s][0] == ra).map(|s| index[s][1] as usize);
         let mut time =
             |entries: &[[u64; 3]; ENTRIES], find: &dyn Fn(u64) -> Option<usize>, first| {
                 let k = predicted_chain(entries, find, first, frames[0].sp, &mut out[..n]);
@@ -420,7 +414,7 @@ mod floor {
                 })
             };
         let first = slot_of(frames[0].pc).unwrap();
-        let slotted = time(&slotted, &find_slotted, first);
+        let slotted = time(&slotted, &slot_of, first);
         let unchecked = time(&in_order, &find_in_order, 0);
         // The checked loop's entries: the same, with a sequence word and
         // the rule packed as an answer (CFA = sp + step, RA at CFA - 8).
