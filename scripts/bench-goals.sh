@@ -13,8 +13,10 @@
 #   scripts/bench-goals.sh --quick    short run (STACKMARK_BENCH_QUICK=1): checks
 #                                     that every bench runs, not for figures
 #   scripts/bench-goals.sh --spread N
-#                                     the 16-deep walks alone, each unwinder in
-#                                     N fresh processes: min, median and max
+#                                     the stacks of distinct functions and the
+#                                     16-deep recursion, each unwinder in N
+#                                     fresh processes: min, median and max, and
+#                                     the speed goals judged on the medians
 #   scripts/bench-goals.sh --report DIR
 #                                     tables from an earlier run's DIR
 #                                     (DIR/criterion and DIR/bench.log)
@@ -337,9 +339,12 @@ if missing:
 PY
 }
 
-# The 16-deep walks, each unwinder in N fresh processes (short runs): a
+# The walks the goals are judged on (the stacks of distinct functions) and
+# the 16-deep recursion, each unwinder in N fresh processes (short runs): a
 # walk's time depends on where the process's code and data land, which
-# address-space randomisation changes from one process to the next.
+# address-space randomisation changes from one process to the next. Prints
+# min, median and max per frame, and each speed goal judged on the medians
+# with its range over the processes.
 spread() {
   local n=$1 out log i
   out=$(realpath -m "${CARGO_TARGET_DIR:-target}/bench-goals-spread")
@@ -347,19 +352,23 @@ spread() {
   mkdir -p "$out"
   export CRITERION_HOME=$out/criterion STACKMARK_BENCH_QUICK=1
   log=$out/bench.log
+  local stacks='distinct(-fp)?(16|64|256)'
   for i in $(seq "$n"); do
-    cargo bench --bench walk -- '^depth16/(stackmark/sframe|framehop|glibc)$' >>"$log" 2>&1 || {
+    cargo bench --bench walk -- \
+      "^(depth16/(stackmark/sframe|framehop|glibc)|$stacks/(stackmark/(sframe|sframe-cold|fp)|framehop))\$" \
+      >>"$log" 2>&1 || {
       echo "bench-goals: the walk bench failed (its output: $log)" >&2
       exit 1
     }
     if [ "$(uname -m)" = x86_64 ]; then
-      cargo bench --bench libunwind -- '^depth16/libunwind$' >>"$log" 2>&1 || {
+      cargo bench --bench libunwind -- "^(depth16|$stacks)/libunwind\$" >>"$log" 2>&1 || {
         echo "bench-goals: the libunwind bench failed (its output: $log)" >&2
         exit 1
       }
     fi
-    # This process's results, then none left for the next to be mistaken for.
-    results "$CRITERION_HOME" >>"$out/times"
+    # This process's results, tagged with its number, then none left for
+    # the next to be mistaken for.
+    results "$CRITERION_HOME" | sed "s/^/$i /" >>"$out/times"
     rm -rf "$CRITERION_HOME"
     printf '.' >&2
   done
@@ -367,39 +376,107 @@ spread() {
   python3 - "$out/times" "$log" "$n" <<'PY'
 import re, statistics, sys
 
+# times[(stack, who)][process] = ns a walk
 times = {}
 for line in open(sys.argv[1]):
-    name, t = line.split()
-    times.setdefault(name, []).append(float(t))
+    proc, name, t = line.split()
+    stack, who = name.split("/", 1)
+    times.setdefault((stack, who), {})[proc] = float(t)
+# Frames each walked, as the benches print them ("depth 16: stackmark/sframe
+# 27 frames, ...", "distinct-fp 64: libunwind 79 frames").
 frames = {}
 for line in open(sys.argv[2]):
     m = re.match(r"depth 16: (.*)", line)
     if m:
         for who, k in re.findall(r"([\w/-]+) (\d+) frames", m.group(1)):
-            frames[who] = int(k)
-print(f"The 16-deep walk in {sys.argv[3]} processes for each unwinder (short runs), ns a walk")
+            frames[("depth16", who)] = int(k)
+    m = re.match(r"(distinct(?:-fp)?) (\d+): ([\w/-]+) (\d+) frames", line)
+    if m:
+        frames[(m.group(1) + m.group(2), m.group(3))] = int(m.group(4))
+# A cold walk walks the frames a warm one does.
+for (stack, who), k in list(frames.items()):
+    if who == "stackmark/sframe":
+        frames.setdefault((stack, "stackmark/sframe-cold"), k)
+
+
+def per_frame(stack, who):
+    """ns a frame in each process, by process; {} if not run."""
+    k = frames.get((stack, who))
+    return {p: t / k for p, t in times.get((stack, who), {}).items()} if k else {}
+
+
+def fmt(x):
+    return f"{x:.2f}" if x < 10 else f"{x:.1f}" if x < 100 else f"{x:.0f}"
+
+
+def cell(xs):
+    if not xs:
+        return "not run"
+    return f"{fmt(min(xs))} / {fmt(statistics.median(xs))} / {fmt(max(xs))}"
+
+
+DEPTHS = (16, 64, 256)
+print(f"Each walk in {sys.argv[3]} processes (short runs), ns per frame: min / median / max")
 print()
-print("| unwinder | frames | min | median | max | median ns per frame |")
-print("| --- | --- | --- | --- | --- | --- |")
-per = {}
-for label, who in [
-    ("stackmark, SFrame", "stackmark/sframe"),
-    ("libunwind", "libunwind"),
-    ("framehop", "framehop"),
-    ("glibc `backtrace()`", "glibc"),
+print("| stack | unwinder | " + " | ".join(f"{d} functions" for d in DEPTHS) + " |")
+print("| --- | --- |" + " --- |" * len(DEPTHS))
+for label, kind, who in [
+    ("SFrame, no frame pointers", "distinct", "stackmark/sframe"),
+    ("SFrame, no frame pointers", "distinct", "stackmark/sframe-cold"),
+    ("SFrame, no frame pointers", "distinct", "libunwind"),
+    ("SFrame, no frame pointers", "distinct", "framehop"),
+    ("frame pointers, no SFrame", "distinct-fp", "stackmark/fp"),
+    ("frame pointers, no SFrame", "distinct-fp", "libunwind"),
+    ("frame pointers, no SFrame", "distinct-fp", "framehop"),
 ]:
-    ts = times.get(f"depth16/{who}")
-    if not ts or who not in frames:
-        continue
-    med = statistics.median(ts)
-    per[who] = med / frames[who]
-    print(f"| {label} | {frames[who]} | {min(ts):.1f} | {med:.1f} | {max(ts):.1f} | {per[who]:.2f} |")
-ours = per.get("stackmark/sframe")
-if not ours:
-    sys.exit("bench-goals: no 16-deep stackmark walk in the spread's runs")
+    cells = [cell(list(per_frame(f"{kind}{d}", who).values())) for d in DEPTHS]
+    print(f"| {label} | {who} | " + " | ".join(cells) + " |")
 print()
-print("Medians, per frame: " + ", ".join(
-    f"{per[w] / ours:.2f}× faster than {w}" for w in ("libunwind", "framehop", "glibc") if w in per))
+print("| the 16-deep recursion | frames | min / median / max |")
+print("| --- | --- | --- |")
+for who in ("stackmark/sframe", "libunwind", "framehop", "glibc"):
+    xs = list(per_frame("depth16", who).values())
+    if xs:
+        print(f"| {who} | {frames[('depth16', who)]} | {cell(xs)} |")
+
+
+def ratio(a, b, d):
+    """Per process, the per-frame time of `a` over `b` (each `(kind, who)`)
+    on the stack of `d` functions, where both ran in that process."""
+    x, y = per_frame(f"{a[0]}{d}", a[1]), per_frame(f"{b[0]}{d}", b[1])
+    return [x[p] / y[p] for p in x if p in y]
+
+
+SF, FP = ("distinct", "stackmark/sframe"), ("distinct-fp", "stackmark/fp")
+print()
+print("Goals on the medians (the range over the processes in brackets)")
+print()
+print("| goal | " + " | ".join(f"{d} functions" for d in DEPTHS) + " |")
+print("| --- |" + " --- |" * len(DEPTHS))
+for label, value, goal, at_least, unit in [
+    ("SFrame frames: ≥ 3× faster than libunwind", lambda d: ratio(("distinct", "libunwind"), SF, d), 3, True, "×"),
+    ("SFrame frames: ≥ 3× faster than framehop", lambda d: ratio(("distinct", "framehop"), SF, d), 3, True, "×"),
+    ("frame-pointer frames: ≥ 3× faster than libunwind", lambda d: ratio(("distinct-fp", "libunwind"), FP, d), 3, True, "×"),
+    ("SFrame walk ≤ 1.5× our frame-pointer walk", lambda d: ratio(SF, FP, d), 1.5, False, "×"),
+    ("cold SFrame walk ≤ 50 ns per frame", lambda d: list(per_frame(f"distinct{d}", "stackmark/sframe-cold").values()), 50, False, " ns"),
+]:
+    cells = []
+    for d in DEPTHS:
+        xs = value(d)
+        if not xs:
+            cells.append("not run")
+            continue
+        med = statistics.median(xs)
+        met = med >= goal if at_least else med <= goal
+        cells.append(f"{fmt(med)}{unit} ({fmt(min(xs))}–{fmt(max(xs))}), {'met' if met else 'missed'}")
+    print(f"| {label} | " + " | ".join(cells) + " |")
+# libunwind and framehop run on x86_64 only; stackmark's walks must be there.
+missing = [f"{s}/{w}" for s, w in
+           [(f"distinct{d}", w) for d in DEPTHS for w in ("stackmark/sframe", "stackmark/sframe-cold")]
+           + [(f"distinct-fp{d}", "stackmark/fp") for d in DEPTHS] + [("depth16", "stackmark/sframe")]
+           if not per_frame(s, w)]
+if missing:
+    sys.exit(f"bench-goals: no result in the spread's runs for: {', '.join(missing)}")
 PY
 }
 
