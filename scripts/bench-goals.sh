@@ -53,6 +53,9 @@ report() {
   python3 - "$dir" <<'PY'
 import os, re, sys
 
+sys.path.insert(0, "scripts")
+from speed_goals import SPEED_GOALS, fmt, met
+
 run = sys.argv[1]
 times = {}
 with open(os.path.join(run, "times")) as f:
@@ -128,10 +131,6 @@ def per_frame(depth, bench, counted):
             missing.append(f"depth{depth}/{bench}")
         return None
     return t / n, n
-
-
-def fmt(x):
-    return f"{x:.2f}" if x < 10 else f"{x:.1f}" if x < 100 else f"{x:.0f}"
 
 
 for key in ("commit", "machine", "load"):
@@ -298,33 +297,21 @@ print("| --- |" + " --- |" * len(DEPTHS))
 def verdict(value, goal, at_least, unit):
     if value is None:
         return "not run"
-    ok = value >= goal if at_least else value <= goal
-    if ok:
+    if met(value, goal, at_least):
         return f"{fmt(value)}{unit}, met"
     # How far off, as a share of the walk's time it would have to lose.
     short = 1 - value / goal if at_least else 1 - goal / value
     return f"{fmt(value)}{unit}, missed by {short:.0%}"
 
 
-def dratio(a, b, d):
-    """Per-frame time of `a` over `b` (each `(kind, bench)`) on the distinct
-    stack of `d` functions; None if either is missing."""
-    x, y = dpf.get(a + (d,)), dpf.get(b + (d,))
-    return None if x is None or y is None else x / y
-
-
 # Judged on the stacks of distinct functions; the recursion's table above
 # is for comparison only.
-SF, FP = ("distinct", "stackmark/sframe"), ("distinct-fp", "stackmark/fp")
-ratio_goals = [
-    ("SFrame frames: ≥ 3× faster than libunwind", lambda d: dratio(("distinct", "libunwind"), SF, d), 3, True, "×"),
-    ("SFrame frames: ≥ 3× faster than framehop", lambda d: dratio(("distinct", "framehop"), SF, d), 3, True, "×"),
-    ("frame-pointer frames: ≥ 3× faster than libunwind", lambda d: dratio(("distinct-fp", "libunwind"), FP, d), 3, True, "×"),
-    ("SFrame walk ≤ 1.5× our frame-pointer walk, per frame", lambda d: dratio(SF, FP, d), 1.5, False, "×"),
-    ("cold SFrame walk ≤ 50 ns per frame", lambda d: dpf.get(("distinct", "stackmark/sframe-cold", d)), 50, False, " ns"),
-]
-for label, value, goal, at_least, unit in ratio_goals:
-    cells = [verdict(value(d), goal, at_least, unit) for d in DEPTHS]
+for label, a, b, goal, at_least, unit in SPEED_GOALS:
+    cells = []
+    for d in DEPTHS:
+        x = dpf.get(a + (d,))
+        y = dpf.get(b + (d,)) if b else 1
+        cells.append(verdict(None if x is None or y is None else x / y, goal, at_least, unit))
     print(f"| {label} | " + " | ".join(cells) + " |")
 for label, name, goal in [
     ("full markup report ≤ 20 µs", "markup/report-64-frames-all-modules", 20),
@@ -376,6 +363,9 @@ spread() {
   python3 - "$out/times" "$log" "$n" <<'PY'
 import re, statistics, sys
 
+sys.path.insert(0, "scripts")
+from speed_goals import SPEED_GOALS, fmt, met
+
 # times[(stack, who)][process] = ns a walk
 times = {}
 for line in open(sys.argv[1]):
@@ -403,10 +393,6 @@ def per_frame(stack, who):
     """ns a frame in each process, by process; {} if not run."""
     k = frames.get((stack, who))
     return {p: t / k for p, t in times.get((stack, who), {}).items()} if k else {}
-
-
-def fmt(x):
-    return f"{x:.2f}" if x < 10 else f"{x:.1f}" if x < 100 else f"{x:.0f}"
 
 
 def cell(xs):
@@ -440,35 +426,30 @@ for who in ("stackmark/sframe", "libunwind", "framehop", "glibc"):
         print(f"| {who} | {frames[('depth16', who)]} | {cell(xs)} |")
 
 
-def ratio(a, b, d):
-    """Per process, the per-frame time of `a` over `b` (each `(kind, who)`)
-    on the stack of `d` functions, where both ran in that process."""
-    x, y = per_frame(f"{a[0]}{d}", a[1]), per_frame(f"{b[0]}{d}", b[1])
+def values(a, b, d):
+    """Per process, the per-frame time of `a` (a `(kind, bench)`) on the
+    stack of `d` functions, over that of `b` where `b` is given (and ran in
+    that process too)."""
+    x = per_frame(f"{a[0]}{d}", a[1])
+    y = per_frame(f"{b[0]}{d}", b[1]) if b else {p: 1 for p in x}
     return [x[p] / y[p] for p in x if p in y]
 
 
-SF, FP = ("distinct", "stackmark/sframe"), ("distinct-fp", "stackmark/fp")
 print()
 print("Goals on the medians (the range over the processes in brackets)")
 print()
 print("| goal | " + " | ".join(f"{d} functions" for d in DEPTHS) + " |")
 print("| --- |" + " --- |" * len(DEPTHS))
-for label, value, goal, at_least, unit in [
-    ("SFrame frames: ≥ 3× faster than libunwind", lambda d: ratio(("distinct", "libunwind"), SF, d), 3, True, "×"),
-    ("SFrame frames: ≥ 3× faster than framehop", lambda d: ratio(("distinct", "framehop"), SF, d), 3, True, "×"),
-    ("frame-pointer frames: ≥ 3× faster than libunwind", lambda d: ratio(("distinct-fp", "libunwind"), FP, d), 3, True, "×"),
-    ("SFrame walk ≤ 1.5× our frame-pointer walk", lambda d: ratio(SF, FP, d), 1.5, False, "×"),
-    ("cold SFrame walk ≤ 50 ns per frame", lambda d: list(per_frame(f"distinct{d}", "stackmark/sframe-cold").values()), 50, False, " ns"),
-]:
+for label, a, b, goal, at_least, unit in SPEED_GOALS:
     cells = []
     for d in DEPTHS:
-        xs = value(d)
+        xs = values(a, b, d)
         if not xs:
             cells.append("not run")
             continue
         med = statistics.median(xs)
-        met = med >= goal if at_least else med <= goal
-        cells.append(f"{fmt(med)}{unit} ({fmt(min(xs))}–{fmt(max(xs))}), {'met' if met else 'missed'}")
+        verdict = "met" if met(med, goal, at_least) else "missed"
+        cells.append(f"{fmt(med)}{unit} ({fmt(min(xs))}–{fmt(max(xs))}), {verdict}")
     print(f"| {label} | " + " | ".join(cells) + " |")
 # libunwind and framehop run on x86_64 only; stackmark's walks must be there.
 missing = [f"{s}/{w}" for s, w in
