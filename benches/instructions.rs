@@ -57,6 +57,27 @@ mod bench {
         stackmark::walk_from(black_box(regs), pc_kind, opts, out)
     }
 
+    /// The fastest of 400 timed batches of `batch` calls of `walk`, each
+    /// batch after an untimed call of `before`, in ns for each of the
+    /// `frames` frames a call walks.
+    pub(crate) fn fastest(
+        frames: usize,
+        batch: usize,
+        mut before: impl FnMut(),
+        mut walk: impl FnMut(),
+    ) -> f64 {
+        let mut best = f64::MAX;
+        for _ in 0..400 {
+            before();
+            let t = std::time::Instant::now();
+            for _ in 0..batch {
+                walk();
+            }
+            best = best.min(t.elapsed().as_nanos() as f64 / batch as f64 / frames as f64);
+        }
+        best
+    }
+
     pub fn main() {
         let args: Vec<String> = std::env::args().skip(1).collect();
         let [chain, depth, warmth, walks] = &args[..] else {
@@ -88,18 +109,18 @@ mod bench {
             }
             // Not under callgrind: `counted_walks` counts these walks too.
             if std::env::var_os("STACKMARK_TIME").is_some() {
-                let mut best = f64::MAX;
-                let batch = if cold { 1 } else { 50 };
-                for _ in 0..400 {
-                    if cold {
-                        stackmark::clear_caches();
-                    }
-                    let t = std::time::Instant::now();
-                    for _ in 0..batch {
+                let best = fastest(
+                    n,
+                    if cold { 1 } else { 50 },
+                    || {
+                        if cold {
+                            stackmark::clear_caches();
+                        }
+                    },
+                    || {
                         counted_walks(regs, pc_kind, opts, &mut frames);
-                    }
-                    best = best.min(t.elapsed().as_nanos() as f64 / batch as f64 / n as f64);
-                }
+                    },
+                );
                 println!("best {best:.2}");
                 #[cfg(target_arch = "x86_64")]
                 {
@@ -292,18 +313,9 @@ mod floor {
         fn unw_backtrace(buffer: *mut *mut std::ffi::c_void, size: i32) -> i32;
     }
 
-    /// The fastest of 400 batches of 50 calls of `walk`, in ns for each of
-    /// its `frames` frames.
-    fn fastest(frames: usize, mut walk: impl FnMut()) -> f64 {
-        let mut best = f64::MAX;
-        for _ in 0..400 {
-            let t = std::time::Instant::now();
-            for _ in 0..50 {
-                walk();
-            }
-            best = best.min(t.elapsed().as_nanos() as f64 / 50.0 / frames as f64);
-        }
-        best
+    /// [`fastest`](crate::bench::fastest) of batches of 50 calls.
+    fn fastest(frames: usize, walk: impl FnMut()) -> f64 {
+        crate::bench::fastest(frames, 50, || {}, walk)
     }
 
     /// The fastest of 400 batches of 50 walks of libunwind's
