@@ -54,7 +54,7 @@ report() {
 import os, re, sys
 
 sys.path.insert(0, "scripts")
-from speed_goals import SPEED_GOALS, fmt, met
+from speed_goals import DEPTHS, DISTINCT, OPTIONAL, SPEED_GOALS, build, fmt, met
 
 run = sys.argv[1]
 times = {}
@@ -104,7 +104,6 @@ with open(os.path.join(run, "bench.log")) as f:
         if m:
             header[m.group(1)] = m.group(2).strip()
 
-DEPTHS = (16, 64, 256)
 UNWINDERS = [
     ("stackmark, SFrame", "stackmark/sframe", "stackmark/sframe"),
     ("stackmark, frame pointers only", "stackmark/fp", "stackmark/fp"),
@@ -117,10 +116,8 @@ UNWINDERS = [
 missing = []
 
 
-# libunwind and framehop are benchmarked on x86_64 only: a run whose log
-# never names them did not run them. Anything else must be there.
+# Which of the optional unwinders (`OPTIONAL`) ran.
 ran = {who for (_, who) in frames}
-OPTIONAL = {"libunwind", "framehop"}
 
 
 def per_frame(depth, bench, counted):
@@ -151,15 +148,6 @@ for label, bench, counted in UNWINDERS:
     print(f"| {label} | " + " | ".join(cells) + " |")
 
 # Stacks of distinct functions: the goals are judged here.
-DISTINCT = [
-    ("stackmark, SFrame", "distinct", "stackmark/sframe", "stackmark/sframe"),
-    ("stackmark, SFrame, cold", "distinct", "stackmark/sframe-cold", "stackmark/sframe"),
-    ("libunwind `unw_backtrace`", "distinct", "libunwind", "libunwind"),
-    ("framehop (`.eh_frame`)", "distinct", "framehop", "framehop"),
-    ("stackmark, frame pointers", "distinct-fp", "stackmark/fp", "stackmark/fp"),
-    ("libunwind `unw_backtrace`", "distinct-fp", "libunwind", "libunwind"),
-    ("framehop (`.eh_frame`)", "distinct-fp", "framehop", "framehop"),
-]
 dran = {who for (_, _, who) in distinct_frames}
 dpf = {}
 print()
@@ -179,8 +167,7 @@ for label, kind, bench, counted in DISTINCT:
             continue
         dpf[(kind, bench, d)] = t / n
         cells.append(f"{fmt(t / n)} ({n})")
-    build = "SFrame, no frame pointers" if kind == "distinct" else "frame pointers, no SFrame"
-    print(f"| {build} | {label} | " + " | ".join(cells) + " |")
+    print(f"| {build(kind)} | {label} | " + " | ".join(cells) + " |")
 
 print()
 print("The same stacks in instructions per frame (callgrind, the walk alone)")
@@ -364,14 +351,14 @@ spread() {
 import re, statistics, sys
 
 sys.path.insert(0, "scripts")
-from speed_goals import SPEED_GOALS, fmt, met
+from speed_goals import DEPTHS, DISTINCT, OPTIONAL, SPEED_GOALS, build, fmt, met
 
-# times[(stack, who)][process] = ns a walk
+# times[(stack, bench)][process] = ns a walk
 times = {}
 for line in open(sys.argv[1]):
     proc, name, t = line.split()
-    stack, who = name.split("/", 1)
-    times.setdefault((stack, who), {})[proc] = float(t)
+    stack, bench = name.split("/", 1)
+    times.setdefault((stack, bench), {})[proc] = float(t)
 # Frames each walked, as the benches print them ("depth 16: stackmark/sframe
 # 27 frames, ...", "distinct-fp 64: libunwind 79 frames").
 frames = {}
@@ -383,16 +370,12 @@ for line in open(sys.argv[2]):
     m = re.match(r"(distinct(?:-fp)?) (\d+): ([\w/-]+) (\d+) frames", line)
     if m:
         frames[(m.group(1) + m.group(2), m.group(3))] = int(m.group(4))
-# A cold walk walks the frames a warm one does.
-for (stack, who), k in list(frames.items()):
-    if who == "stackmark/sframe":
-        frames.setdefault((stack, "stackmark/sframe-cold"), k)
 
 
-def per_frame(stack, who):
+def per_frame(stack, bench, counted):
     """ns a frame in each process, by process; {} if not run."""
-    k = frames.get((stack, who))
-    return {p: t / k for p, t in times.get((stack, who), {}).items()} if k else {}
+    k = frames.get((stack, counted))
+    return {p: t / k for p, t in times.get((stack, bench), {}).items()} if k else {}
 
 
 def cell(xs):
@@ -401,37 +384,38 @@ def cell(xs):
     return f"{fmt(min(xs))} / {fmt(statistics.median(xs))} / {fmt(max(xs))}"
 
 
-DEPTHS = (16, 64, 256)
+# pf[(kind, bench, depth)]: each process's ns a frame on that stack.
+pf = {}
+missing = []
 print(f"Each walk in {sys.argv[3]} processes (short runs), ns per frame: min / median / max")
 print()
-print("| stack | unwinder | " + " | ".join(f"{d} functions" for d in DEPTHS) + " |")
+print("| build | unwinder | " + " | ".join(f"{d} functions" for d in DEPTHS) + " |")
 print("| --- | --- |" + " --- |" * len(DEPTHS))
-for label, kind, who in [
-    ("SFrame, no frame pointers", "distinct", "stackmark/sframe"),
-    ("SFrame, no frame pointers", "distinct", "stackmark/sframe-cold"),
-    ("SFrame, no frame pointers", "distinct", "libunwind"),
-    ("SFrame, no frame pointers", "distinct", "framehop"),
-    ("frame pointers, no SFrame", "distinct-fp", "stackmark/fp"),
-    ("frame pointers, no SFrame", "distinct-fp", "libunwind"),
-    ("frame pointers, no SFrame", "distinct-fp", "framehop"),
-]:
-    cells = [cell(list(per_frame(f"{kind}{d}", who).values())) for d in DEPTHS]
-    print(f"| {label} | {who} | " + " | ".join(cells) + " |")
+for label, kind, bench, counted in DISTINCT:
+    cells = []
+    for d in DEPTHS:
+        pf[(kind, bench, d)] = per_frame(f"{kind}{d}", bench, counted)
+        if not pf[(kind, bench, d)] and counted not in OPTIONAL:
+            missing.append(f"{kind}{d}/{bench}")
+        cells.append(cell(list(pf[(kind, bench, d)].values())))
+    print(f"| {build(kind)} | {label} | " + " | ".join(cells) + " |")
 print()
 print("| the 16-deep recursion | frames | min / median / max |")
 print("| --- | --- | --- |")
 for who in ("stackmark/sframe", "libunwind", "framehop", "glibc"):
-    xs = list(per_frame("depth16", who).values())
+    xs = list(per_frame("depth16", who, who).values())
     if xs:
         print(f"| {who} | {frames[('depth16', who)]} | {cell(xs)} |")
+    elif who == "stackmark/sframe":
+        missing.append(f"depth16/{who}")
 
 
 def values(a, b, d):
     """Per process, the per-frame time of `a` (a `(kind, bench)`) on the
     stack of `d` functions, over that of `b` where `b` is given (and ran in
     that process too)."""
-    x = per_frame(f"{a[0]}{d}", a[1])
-    y = per_frame(f"{b[0]}{d}", b[1]) if b else {p: 1 for p in x}
+    x = pf.get(a + (d,), {})
+    y = pf.get(b + (d,), {}) if b else {p: 1 for p in x}
     return [x[p] / y[p] for p in x if p in y]
 
 
@@ -451,11 +435,6 @@ for label, a, b, goal, at_least, unit in SPEED_GOALS:
         verdict = "met" if met(med, goal, at_least) else "missed"
         cells.append(f"{fmt(med)}{unit} ({fmt(min(xs))}–{fmt(max(xs))}), {verdict}")
     print(f"| {label} | " + " | ".join(cells) + " |")
-# libunwind and framehop run on x86_64 only; stackmark's walks must be there.
-missing = [f"{s}/{w}" for s, w in
-           [(f"distinct{d}", w) for d in DEPTHS for w in ("stackmark/sframe", "stackmark/sframe-cold")]
-           + [(f"distinct-fp{d}", "stackmark/fp") for d in DEPTHS] + [("depth16", "stackmark/sframe")]
-           if not per_frame(s, w)]
 if missing:
     sys.exit(f"bench-goals: no result in the spread's runs for: {', '.join(missing)}")
 PY

@@ -1,11 +1,37 @@
-"""The speed goals judged on the stacks of distinct functions, for both of
-`bench-goals.sh`'s tables of them: a run's and the spread's.
+"""The stacks of distinct functions, the walks timed on them and the speed
+goals judged there, for both of `bench-goals.sh`'s tables of them: a
+run's and the spread's.
 
-Each goal is a label, the walk whose time per frame is measured
+Each goal in `SPEED_GOALS` is a label, the walk whose time per frame is measured
 (`(stack kind, bench)`), the walk that time is divided by (None: the time
 itself is judged), the goal, whether the value must be at least it (else
 at most), and the unit.
 """
+
+DEPTHS = (16, 64, 256)
+
+# libunwind and framehop run on x86_64 only: a run whose log never names
+# them did not run them. Anything else must be there.
+OPTIONAL = {"libunwind", "framehop"}
+
+# Each walk timed on the stacks of distinct functions: its label, the
+# stack's kind (the bench group's name without the depth), its bench, and
+# whose frame count it walks (a cold walk walks the warm one's frames).
+DISTINCT = [
+    ("stackmark, SFrame", "distinct", "stackmark/sframe", "stackmark/sframe"),
+    ("stackmark, SFrame, cold", "distinct", "stackmark/sframe-cold", "stackmark/sframe"),
+    ("libunwind `unw_backtrace`", "distinct", "libunwind", "libunwind"),
+    ("framehop (`.eh_frame`)", "distinct", "framehop", "framehop"),
+    ("stackmark, frame pointers", "distinct-fp", "stackmark/fp", "stackmark/fp"),
+    ("libunwind `unw_backtrace`", "distinct-fp", "libunwind", "libunwind"),
+    ("framehop (`.eh_frame`)", "distinct-fp", "framehop", "framehop"),
+]
+
+
+def build(kind):
+    """How the stack of `kind` was built."""
+    return "SFrame, no frame pointers" if kind == "distinct" else "frame pointers, no SFrame"
+
 
 SF, FP = ("distinct", "stackmark/sframe"), ("distinct-fp", "stackmark/fp")
 
@@ -24,4 +50,5 @@ def fmt(x):
 
 
 def met(value, goal, at_least):
+    """Whether `value` meets `goal`: at least it, or at most it."""
     return value >= goal if at_least else value <= goal
